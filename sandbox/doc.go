@@ -1,0 +1,28 @@
+// Package sandbox is the domain of sandboxflow: what a lease is, what a
+// command and its result are, what a sandbox provider can do, and how every
+// failure is named.
+//
+// It imports nothing of Temporal and nothing of HTTP. The createos package
+// implements [Provider] over the CreateOS sandbox HTTP API; the activities and
+// workflows packages run a Provider's operations as Temporal activities.
+//
+// # Failures
+//
+// Every error a Provider returns is either a context error or one of the
+// typed errors below, each with a stable type name (the Type* constants).
+// Those names become Temporal ApplicationError types, so they are API: code
+// and retry policies match on them.
+//
+//	error                     type name                  retryable  meaning
+//	*CleanupError             SandboxCleanupError        no         the lease may hold an orphan process; destroy it
+//	*ConnectionExhaustedError OutputConnectionError      yes        the output stream could not be attached; the process was killed
+//	*OutputEvictedError       SandboxOutputEvicted       no         output was lost from the server's journal
+//	*ProtocolError            SandboxProtocolError       no         the server broke the wire contract
+//	*InvalidInputError        SandboxInvalidInput        no         the request was rejected before anything was sent
+//	*APIError                 SandboxAPIError            5xx, 429   the server answered with a failure status
+//	*LeaseGoneError           SandboxLeaseGone           no         the lease no longer exists
+//	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
+//
+// Use [ErrorType] and [Retryable] to classify an error without a type switch,
+// and errors.As to reach the details of a particular kind.
+package sandbox

@@ -1,0 +1,235 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Type names of the failure taxonomy. They are stable API: activities report
+// failures as Temporal ApplicationErrors of these types.
+const (
+	TypeCleanup             = "SandboxCleanupError"
+	TypeConnectionExhausted = "OutputConnectionError"
+	TypeOutputEvicted       = "SandboxOutputEvicted"
+	TypeProtocol            = "SandboxProtocolError"
+	TypeInvalidInput        = "SandboxInvalidInput"
+	TypeAPI                 = "SandboxAPIError"
+	TypeLeaseGone           = "SandboxLeaseGone"
+	TypeUnavailable         = "SandboxUnavailable"
+)
+
+// CleanupReason says which cleanup could not be confirmed.
+type CleanupReason string
+
+const (
+	// CreationUnconfirmed: a process-create request was sent but no process
+	// id came back, so a process may exist that nobody controls.
+	CreationUnconfirmed CleanupReason = "creation_unconfirmed"
+	// TerminationUnconfirmed: a process tree was told to die but its end
+	// could not be confirmed.
+	TerminationUnconfirmed CleanupReason = "termination_unconfirmed"
+)
+
+// CleanupError means the lease may now hold an orphan process. The lease
+// must never be used again: destroy it and take a fresh one. Retrying on the
+// same lease is wrong, so the error is not retryable.
+type CleanupError struct {
+	Reason    CleanupReason
+	LeaseID   string
+	ProcessID string // empty when creation was not confirmed
+	// Err is what went wrong, when known.
+	Err error
+}
+
+func (e *CleanupError) Error() string {
+	var msg string
+	switch e.Reason {
+	case CreationUnconfirmed:
+		msg = "process creation could not be confirmed; destroy the lease before reusing it"
+	case TerminationUnconfirmed:
+		msg = "command cleanup failed; process termination is unconfirmed"
+	default:
+		msg = "cleanup could not be confirmed"
+	}
+	msg = fmt.Sprintf("sandbox %s: %s", e.LeaseID, msg)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *CleanupError) Unwrap() error { return e.Err }
+
+// ConnectionExhaustedError means the output stream could not be attached or
+// re-attached within the reconnect budget. The process tree was killed, so
+// the lease is clean and a retry may start the command again.
+type ConnectionExhaustedError struct {
+	LeaseID   string
+	ProcessID string
+	// Attempts is how many connects were made.
+	Attempts int
+	// Err is the last connection failure.
+	Err error
+}
+
+func (e *ConnectionExhaustedError) Error() string {
+	msg := fmt.Sprintf("output connection failed after %d attempts", e.Attempts)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *ConnectionExhaustedError) Unwrap() error { return e.Err }
+
+// OutputEvictedError means the server dropped output before it was read: the
+// cursor fell out of the output journal.
+type OutputEvictedError struct {
+	ProcessID string
+	// After is the cursor that was no longer in the journal.
+	After int64
+}
+
+func (e *OutputEvictedError) Error() string {
+	return fmt.Sprintf("output of process %s after seq %d was evicted from the journal", e.ProcessID, e.After)
+}
+
+// ProtocolKind classifies a breach of the wire contract.
+type ProtocolKind string
+
+const (
+	SequenceGap       ProtocolKind = "sequence_gap"
+	InvalidFrame      ProtocolKind = "invalid_frame"
+	BadBase64         ProtocolKind = "bad_base64"
+	MissingExitStatus ProtocolKind = "missing_exit_status"
+	FrameTooLarge     ProtocolKind = "frame_too_large"
+	UnknownEvent      ProtocolKind = "unknown_event"
+	// ErrorEvent: the server ended a stream with an error frame.
+	ErrorEvent ProtocolKind = "error_event"
+	// InvalidResponse: a response did not have the contract's shape.
+	InvalidResponse ProtocolKind = "invalid_response"
+)
+
+// ProtocolError means the server said something the contract does not allow.
+type ProtocolError struct {
+	Kind ProtocolKind
+	// Detail is a short description. It never contains response bodies.
+	Detail string
+}
+
+func (e *ProtocolError) Error() string {
+	if e.Detail == "" {
+		return "protocol error: " + string(e.Kind)
+	}
+	return fmt.Sprintf("protocol error: %s: %s", e.Kind, e.Detail)
+}
+
+// InvalidInputError means a request was rejected before anything was sent.
+type InvalidInputError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidInputError) Error() string {
+	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
+}
+
+// APIError is a failure status from the server. The response body is never
+// read into it.
+type APIError struct {
+	Status int
+	// Operation names the request, for example "create process".
+	Operation string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d", e.Operation, e.Status)
+}
+
+// Retryable reports whether the same request may succeed later: server
+// errors (5xx) and rate limiting (429) are; other client errors are not.
+func (e *APIError) Retryable() bool { return e.Status >= 500 || e.Status == 429 }
+
+// LeaseGoneError means the lease no longer exists, or has reached a
+// terminal state.
+type LeaseGoneError struct {
+	LeaseID string
+	Status  LeaseStatus // the terminal state, if one was seen
+}
+
+func (e *LeaseGoneError) Error() string {
+	if e.Status != "" {
+		return fmt.Sprintf("sandbox %s is gone (%s)", e.LeaseID, e.Status)
+	}
+	return fmt.Sprintf("sandbox %s is gone", e.LeaseID)
+}
+
+// UnavailableError means the server could not be reached, or did not answer
+// in time. Its text never contains a URL.
+type UnavailableError struct {
+	Operation string
+	Err       error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Err == nil {
+		return e.Operation + ": sandbox server unavailable"
+	}
+	return fmt.Sprintf("%s: sandbox server unavailable: %v", e.Operation, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// ErrorType returns the type name (a Type* constant) of the first error in
+// err's chain that belongs to the taxonomy, or "" if none does.
+func ErrorType(err error) string {
+	var (
+		cleanup     *CleanupError
+		exhausted   *ConnectionExhaustedError
+		evicted     *OutputEvictedError
+		protocol    *ProtocolError
+		invalid     *InvalidInputError
+		api         *APIError
+		gone        *LeaseGoneError
+		unavailable *UnavailableError
+	)
+	// Cleanup errors come first: they wrap the failure that caused them, and
+	// the lease's state matters more than that cause.
+	switch {
+	case errors.As(err, &cleanup):
+		return TypeCleanup
+	case errors.As(err, &exhausted):
+		return TypeConnectionExhausted
+	case errors.As(err, &evicted):
+		return TypeOutputEvicted
+	case errors.As(err, &protocol):
+		return TypeProtocol
+	case errors.As(err, &invalid):
+		return TypeInvalidInput
+	case errors.As(err, &gone):
+		return TypeLeaseGone
+	case errors.As(err, &api):
+		return TypeAPI
+	case errors.As(err, &unavailable):
+		return TypeUnavailable
+	}
+	return ""
+}
+
+// Retryable reports whether the operation that failed with err may succeed
+// if it is simply tried again on the same lease. Errors outside the
+// taxonomy are retryable, except the caller's own context ending.
+func Retryable(err error) bool {
+	switch ErrorType(err) {
+	case "":
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	case TypeConnectionExhausted, TypeUnavailable:
+		return true
+	case TypeAPI:
+		var api *APIError
+		errors.As(err, &api)
+		return api.Retryable()
+	}
+	return false
+}
