@@ -2,6 +2,8 @@ package sandbox
 
 import "context"
 
+//go:generate go tool mockgen -destination=sandboxmock/provider.go -package=sandboxmock -typed . Provider
+
 // LeaseSpec describes the sandbox to lease. Empty fields take the
 // provider's defaults.
 type LeaseSpec struct {

@@ -1,0 +1,68 @@
+// Package activities runs the operations of a sandbox.Provider as Temporal
+// activities: CreateLease, Execute, DestroyLease and AcquireFreshLease.
+//
+// Each activity leaves with its failure already classified: a top-level
+// *temporal.ApplicationError whose Type is the sandbox package's type name
+// and whose NonRetryable flag follows sandbox.Retryable. Temporal decides
+// retries from that top-level failure only, so a cleanup error can never be
+// retried on the lease that may hold an orphan, while a lost output
+// connection is retried by the activity's retry policy.
+//
+// The activities are methods of [Activities], which holds their
+// dependencies; register them with [Activities.Register] and call them by the
+// Name* constants.
+package activities
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// Activity type names. They are stable API: workflow histories refer to them.
+const (
+	NameCreateLease       = "sandboxflow.CreateLease"
+	NameExecute           = "sandboxflow.Execute"
+	NameDestroyLease      = "sandboxflow.DestroyLease"
+	NameAcquireFreshLease = "sandboxflow.AcquireFreshLease"
+)
+
+// DefaultHeartbeatInterval is how often long-running activities record a
+// heartbeat when Activities.HeartbeatInterval is zero. The SDK may send them
+// less often (it throttles to a fraction of the heartbeat timeout).
+const DefaultHeartbeatInterval = 5 * time.Second
+
+// Activities holds what the activities need. The zero value is not usable:
+// Provider is required.
+type Activities struct {
+	// Provider leases sandboxes and runs commands in them.
+	Provider sandbox.Provider
+	// Secrets resolves the secret environment variables of a command
+	// (ExecuteInput.SecretEnv). Nil means commands cannot have secrets.
+	Secrets Secrets
+	// HeartbeatInterval overrides DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+}
+
+// Registry is where activities are registered: a worker.Worker or a
+// testsuite environment.
+type Registry interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register registers the four activities under their Name* constants.
+func (a *Activities) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.CreateLease, activity.RegisterOptions{Name: NameCreateLease})
+	r.RegisterActivityWithOptions(a.Execute, activity.RegisterOptions{Name: NameExecute})
+	r.RegisterActivityWithOptions(a.DestroyLease, activity.RegisterOptions{Name: NameDestroyLease})
+	r.RegisterActivityWithOptions(a.AcquireFreshLease, activity.RegisterOptions{Name: NameAcquireFreshLease})
+}
+
+func (a *Activities) heartbeatInterval() time.Duration {
+	if a.HeartbeatInterval > 0 {
+		return a.HeartbeatInterval
+	}
+	return DefaultHeartbeatInterval
+}

@@ -1,0 +1,228 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/mock/gomock"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandbox/sandboxmock"
+)
+
+func newEnv(t *testing.T, secrets Secrets) (*testsuite.TestActivityEnvironment, *sandboxmock.MockProvider) {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
+	(&Activities{Provider: provider, Secrets: secrets, HeartbeatInterval: time.Hour}).Register(env)
+	return env, provider
+}
+
+var lease = sandbox.Lease{ID: "sbx-1", Status: sandbox.StatusRunning, Workspace: "/workspace"}
+
+func TestExecuteReattachesToTheProcessOfAnEarlierAttempt(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	deadline := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	env.SetHeartbeatDetails(ExecuteProgress{Process: sandbox.Process{ID: "proc-7", Token: "tok", Deadline: deadline}, Cursor: 12})
+	provider.EXPECT().Attach(gomock.Any(), lease, sandbox.Process{ID: "proc-7", Token: "tok", Deadline: deadline}, gomock.Any()).
+		Return(sandbox.Result{ProcessID: "proc-7", Stdout: "replayed"}, nil)
+	// Execute must not be called: the command is still running.
+
+	val, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
+	require.NoError(t, err)
+	var res sandbox.Result
+	require.NoError(t, val.Get(&res))
+	assert.Equal(t, "replayed", res.Stdout)
+}
+
+func TestExecuteStartsAnewWhenTheEarlierAttemptEndedItsProcess(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	env.SetHeartbeatDetails(ExecuteProgress{Process: sandbox.Process{ID: "proc-7"}, Ended: true})
+	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).Return(sandbox.Result{ProcessID: "proc-8"}, nil)
+
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
+	require.NoError(t, err)
+}
+
+func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	var (
+		mu    sync.Mutex
+		beats []ExecuteProgress
+	)
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var p ExecuteProgress
+		assert.NoError(t, details.Get(&p))
+		mu.Lock()
+		beats = append(beats, p)
+		mu.Unlock()
+	})
+	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
+			obs.Started(sandbox.Process{ID: "proc-1", Token: "t"})
+			obs.Output(sandbox.Chunk{Seq: 1, Stream: sandbox.Stdout, Text: "abc", Bytes: 3})
+			obs.Output(sandbox.Chunk{Seq: 2, Stream: sandbox.Stderr, Text: "de", Bytes: 2})
+			return sandbox.Result{}, &sandbox.ConnectionExhaustedError{LeaseID: lease.ID, ProcessID: "proc-1", Attempts: 4}
+		})
+
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
+	require.Error(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(beats), 2)
+	assert.Equal(t, ExecuteProgress{Process: sandbox.Process{ID: "proc-1", Token: "t"}}, beats[0], "the process is recorded as soon as it exists")
+	assert.Equal(t, ExecuteProgress{Process: sandbox.Process{ID: "proc-1", Token: "t"}, Cursor: 2, Bytes: 5, Ended: true}, beats[len(beats)-1],
+		"the last heartbeat tells a retry not to attach to the killed process")
+}
+
+func TestErrorsLeaveClassified(t *testing.T) {
+	for _, tc := range []struct {
+		err          error
+		typ          string
+		nonRetryable bool
+	}{
+		{&sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: "sbx-1"}, sandbox.TypeCleanup, true},
+		{&sandbox.ConnectionExhaustedError{Attempts: 4}, sandbox.TypeConnectionExhausted, false},
+		{&sandbox.ProtocolError{Kind: sandbox.SequenceGap}, sandbox.TypeProtocol, true},
+		{&sandbox.OutputEvictedError{}, sandbox.TypeOutputEvicted, true},
+		{&sandbox.InvalidInputError{Field: "argv"}, sandbox.TypeInvalidInput, true},
+		{&sandbox.APIError{Status: 404, Operation: "x"}, sandbox.TypeAPI, true},
+		{&sandbox.APIError{Status: 503, Operation: "x"}, sandbox.TypeAPI, false},
+		{&sandbox.APIError{Status: 429, Operation: "x"}, sandbox.TypeAPI, false},
+		{&sandbox.UnavailableError{Operation: "x"}, sandbox.TypeUnavailable, false},
+		{&sandbox.LeaseGoneError{LeaseID: "sbx-1"}, sandbox.TypeLeaseGone, true},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			env, provider := newEnv(t, nil)
+			provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(sandbox.Result{}, tc.err)
+			_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			assert.Equal(t, tc.typ, appErr.Type())
+			assert.Equal(t, tc.nonRetryable, appErr.NonRetryable())
+		})
+	}
+}
+
+func TestCleanupErrorCarriesItsLease(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).
+		Return(sandbox.Result{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-1", ProcessID: "p"})
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	var details CleanupDetails
+	require.NoError(t, appErr.Details(&details))
+	assert.Equal(t, CleanupDetails{LeaseID: "sbx-1", ProcessID: "p", Reason: sandbox.TerminationUnconfirmed}, details)
+}
+
+type mapSecrets map[string]string
+
+func (m mapSecrets) Secret(_ context.Context, name string) (string, error) {
+	if v, ok := m[name]; ok {
+		return v, nil
+	}
+	return "", errors.New("no secret " + name)
+}
+
+func TestSecretsAreResolvedOnTheWorker(t *testing.T) {
+	env, provider := newEnv(t, mapSecrets{"deploy-token": "s3cr3t"})
+	provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, _ sandbox.Lease, cmd sandbox.Command, _ sandbox.Observer) (sandbox.Result, error) {
+			assert.Equal(t, map[string]string{"PLAIN": "p", "TOKEN": "s3cr3t"}, cmd.Env)
+			return sandbox.Result{}, nil
+		})
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{
+		Lease:     lease,
+		Command:   sandbox.Command{Argv: []string{"deploy"}, Env: map[string]string{"PLAIN": "p"}},
+		SecretEnv: map[string]string{"TOKEN": "deploy-token"},
+	})
+	require.NoError(t, err)
+}
+
+func TestMissingSecretIsInvalidInputAndNothingRuns(t *testing.T) {
+	env, _ := newEnv(t, mapSecrets{})
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{
+		Lease:     lease,
+		Command:   sandbox.Command{Argv: []string{"deploy"}},
+		SecretEnv: map[string]string{"TOKEN": "deploy-token"},
+	})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeInvalidInput, appErr.Type())
+}
+
+func TestCreateLeaseLabelsTheRunAndIsIdempotentPerGeneration(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	var specs []sandbox.LeaseSpec
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+			specs = append(specs, spec)
+			return lease, nil
+		}).Times(3)
+	spec := sandbox.LeaseSpec{Shape: "s-1vcpu-1gb", Labels: map[string]string{"team": "infra"}}
+	for _, in := range []CreateLeaseInput{
+		{Spec: spec, RunKey: "run-a", Generation: 0},
+		{Spec: spec, RunKey: "run-a", Generation: 0}, // a retry after a lost response
+		{Spec: spec, RunKey: "run-b", Generation: 0},
+	} {
+		_, err := env.ExecuteActivity(NameCreateLease, in)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "infra", specs[0].Labels["team"])
+	assert.Equal(t, "run-a", specs[0].Labels[LabelRun])
+	assert.Equal(t, "0", specs[0].Labels[LabelGeneration])
+	assert.NotEmpty(t, specs[0].IdempotencyKey)
+	assert.Equal(t, specs[0].IdempotencyKey, specs[1].IdempotencyKey, "a retry asks for the same sandbox")
+	assert.NotEqual(t, specs[0].IdempotencyKey, specs[2].IdempotencyKey, "another run gets its own")
+	assert.NotContains(t, spec.Labels, LabelRun, "the caller's spec is not modified")
+}
+
+func TestAcquireFreshLeaseDestroysTheOldLeaseAndOlderGenerations(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	gomock.InOrder(
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil),
+		provider.EXPECT().ListLeases(gomock.Any(), map[string]string{LabelRun: "run-a"}).Return([]sandbox.Lease{
+			{ID: "sbx-orphan-gen0", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
+			{ID: "sbx-done", Status: sandbox.StatusDestroyed, Labels: map[string]string{LabelGeneration: "0"}},
+			{ID: "sbx-inflight-gen1", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "1"}},
+		}, nil),
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-orphan-gen0").Return(nil),
+		provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{ID: "sbx-inflight-gen1"}, nil),
+	)
+	val, err := env.ExecuteActivity(NameAcquireFreshLease, AcquireFreshLeaseInput{Replacing: "sbx-1", RunKey: "run-a", Generation: 1})
+	require.NoError(t, err)
+	var got sandbox.Lease
+	require.NoError(t, val.Get(&got))
+	assert.Equal(t, "sbx-inflight-gen1", got.ID)
+}
+
+func TestDestroyLeaseTreatsGoneAsDoneAndSweepsButKeeps(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil)
+	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return([]sandbox.Lease{
+		{ID: "sbx-1", Status: sandbox.StatusRunning},
+		{ID: "sbx-kept", Status: sandbox.StatusRunning},
+		{ID: "sbx-orphan", Status: sandbox.StatusRunning},
+	}, nil)
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-orphan").Return(nil)
+	_, err := env.ExecuteActivity(NameDestroyLease, DestroyLeaseInput{LeaseID: "sbx-1", RunKey: "run-a", Keep: "sbx-kept"})
+	require.NoError(t, err)
+}
+
+func TestSweepIsSkippedWhenTheServerCannotList(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return(nil, &sandbox.APIError{Status: 404, Operation: "list sandboxes"})
+	_, err := env.ExecuteActivity(NameDestroyLease, DestroyLeaseInput{RunKey: "run-a"})
+	require.NoError(t, err)
+}

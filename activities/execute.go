@@ -1,0 +1,154 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// ExecuteInput is a command to run on a lease.
+type ExecuteInput struct {
+	Lease   sandbox.Lease   `json:"lease"`
+	Command sandbox.Command `json:"command"`
+	// SecretEnv adds environment variables whose values are secrets:
+	// variable name → secret name, resolved on the worker by
+	// Activities.Secrets. Only the names travel through workflow history.
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+}
+
+// ExecuteProgress is what Execute records in its heartbeats: what the Web UI
+// shows of a running command, and what a retry needs to re-attach to it.
+type ExecuteProgress struct {
+	// Process is the command's process once it exists.
+	Process sandbox.Process `json:"process,omitzero"`
+	// Cursor is the sequence number of the last output frame read.
+	Cursor int64 `json:"cursor,omitempty"`
+	// Bytes counts the output bytes read so far.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Ended is set when the attempt that recorded it saw the process end or
+	// killed it: a retry must then start the command anew rather than attach
+	// to a dead process.
+	Ended bool `json:"ended,omitempty"`
+}
+
+// Execute runs a command on a lease and returns its Result; a non-zero exit
+// and a timeout are Results, not errors.
+//
+// While the command runs, Execute heartbeats its ExecuteProgress. When an
+// earlier attempt's heartbeat names a process that did not end — the worker
+// running it died — Execute attaches to that process instead of starting the
+// command again, so a worker crash never runs a command twice. When Execute
+// ends a process itself (it exited, timed out, lost its output connection or
+// was cancelled), its last heartbeat says so, and a retry starts afresh.
+//
+// Cancellation arrives through the heartbeat: the process tree is killed and
+// the activity reports itself cancelled.
+func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Result, error) {
+	cmd, err := a.withSecrets(ctx, in.Command, in.SecretEnv)
+	if err != nil {
+		return sandbox.Result{}, classify(err)
+	}
+	lease := in.Lease
+	if lease.Workspace == "" {
+		// A lease the workflow did not create itself: learn where its
+		// workspace is (and that it still exists) before starting anything.
+		if lease, err = a.Provider.GetLease(ctx, lease.ID); err != nil {
+			return sandbox.Result{}, classify(err)
+		}
+	}
+
+	var previous ExecuteProgress
+	if activity.HasHeartbeatDetails(ctx) {
+		if err := activity.GetHeartbeatDetails(ctx, &previous); err != nil {
+			activity.GetLogger(ctx).Warn("ignoring unreadable heartbeat details of the previous attempt", "error", err)
+			previous = ExecuteProgress{}
+		}
+	}
+
+	progress := &progressRecorder{ctx: ctx}
+	stop := a.keepHeartbeating(ctx, progress.snapshot)
+	var result sandbox.Result
+	if previous.Process.ID != "" && !previous.Ended {
+		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
+		progress.Started(previous.Process)
+		result, err = a.Provider.Attach(ctx, lease, previous.Process, progress)
+	} else {
+		result, err = a.Provider.Execute(ctx, lease, cmd, progress)
+	}
+	stop()
+	// Whatever happened, this attempt is done with the process: it exited, or
+	// the provider killed it (or reported why it could not).
+	progress.end()
+	if err != nil {
+		return sandbox.Result{}, classify(err)
+	}
+	return result, nil
+}
+
+// withSecrets returns cmd with the secret variables added.
+func (a *Activities) withSecrets(ctx context.Context, cmd sandbox.Command, secretEnv map[string]string) (sandbox.Command, error) {
+	if len(secretEnv) == 0 {
+		return cmd, nil
+	}
+	if a.Secrets == nil {
+		return cmd, &sandbox.InvalidInputError{Field: "secretEnv", Reason: "this worker has no secret source configured"}
+	}
+	env := maps.Clone(cmd.Env)
+	if env == nil {
+		env = make(map[string]string, len(secretEnv))
+	}
+	for variable, secret := range secretEnv {
+		if _, clash := env[variable]; clash {
+			return cmd, &sandbox.InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s is also a plain environment variable", variable)}
+		}
+		value, err := a.Secrets.Secret(ctx, secret)
+		if err != nil {
+			return cmd, &sandbox.InvalidInputError{Field: "secretEnv", Reason: err.Error()}
+		}
+		env[variable] = value
+	}
+	cmd.Env = env
+	return cmd, nil
+}
+
+// progressRecorder follows a running command for Execute's heartbeats.
+type progressRecorder struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	progress ExecuteProgress
+}
+
+// Started records the process and heartbeats at once: from now on a worker
+// crash must lead to a re-attach, not a second run.
+func (r *progressRecorder) Started(p sandbox.Process) {
+	r.mu.Lock()
+	r.progress.Process = p
+	r.mu.Unlock()
+	activity.RecordHeartbeat(r.ctx, r.snapshot())
+}
+
+func (r *progressRecorder) Output(c sandbox.Chunk) {
+	r.mu.Lock()
+	r.progress.Cursor = c.Seq
+	r.progress.Bytes += int64(c.Bytes)
+	r.mu.Unlock()
+}
+
+func (r *progressRecorder) snapshot() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress
+}
+
+// end records that this attempt is done with the process.
+func (r *progressRecorder) end() {
+	r.mu.Lock()
+	r.progress.Ended = true
+	r.mu.Unlock()
+	activity.RecordHeartbeat(r.ctx, r.snapshot())
+}

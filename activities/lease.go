@@ -1,0 +1,161 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// Labels that every lease created by these activities carries. Together
+// with the idempotency key derived from them they make a lost create
+// response harmless: the retry gets the same sandbox from a server that
+// honours the key, and otherwise a sweep finds the orphan by its run label.
+const (
+	LabelRun        = "sandboxflow-run"
+	LabelGeneration = "sandboxflow-generation"
+	LabelWorkflowID = "sandboxflow-workflow-id"
+)
+
+// CreateLeaseInput asks for the first lease of a run.
+type CreateLeaseInput struct {
+	Spec sandbox.LeaseSpec `json:"spec"`
+	// RunKey identifies the run that owns the lease; every lease of the run
+	// is labelled with it.
+	RunKey string `json:"runKey"`
+	// Generation counts the leases of a run: 0 for the first, n for the
+	// n-th fresh lease.
+	Generation int `json:"generation"`
+}
+
+// AcquireFreshLeaseInput asks for a lease to replace one that must not be
+// used again.
+type AcquireFreshLeaseInput struct {
+	// Replacing is the lease given up, if any. It is destroyed (or
+	// confirmed gone) before the new lease is created.
+	Replacing string            `json:"replacing,omitempty"`
+	Spec      sandbox.LeaseSpec `json:"spec"`
+	RunKey    string            `json:"runKey"`
+	// Generation of the new lease; leases of this run from earlier
+	// generations are swept.
+	Generation int `json:"generation"`
+}
+
+// DestroyLeaseInput asks for a lease to be destroyed and, when RunKey is
+// set, for every other lease of the run to be swept.
+type DestroyLeaseInput struct {
+	// LeaseID is destroyed; empty means sweep only.
+	LeaseID string `json:"leaseId,omitempty"`
+	// RunKey, when set, also destroys every sandbox labelled with this run
+	// except Keep.
+	RunKey string `json:"runKey,omitempty"`
+	// Keep is a lease of the run that the sweep must leave alone (the lease
+	// a caller asked to keep).
+	Keep string `json:"keep,omitempty"`
+}
+
+var errMissingRunKey = &sandbox.InvalidInputError{Field: "runKey", Reason: "every lease must belong to a run"}
+
+// CreateLease creates the first lease of a run, labelled with the run and
+// created under an idempotency key derived from the run and generation.
+func (a *Activities) CreateLease(ctx context.Context, in CreateLeaseInput) (sandbox.Lease, error) {
+	if in.RunKey == "" {
+		return sandbox.Lease{}, classify(errMissingRunKey)
+	}
+	stop := a.keepHeartbeating(ctx, nil)
+	defer stop()
+	lease, err := a.Provider.CreateLease(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
+	return lease, classify(err)
+}
+
+// DestroyLease destroys a lease; a lease that is already gone is success.
+// With a RunKey it then sweeps the run's other leases (the orphans of lost
+// create responses), except Keep.
+func (a *Activities) DestroyLease(ctx context.Context, in DestroyLeaseInput) error {
+	stop := a.keepHeartbeating(ctx, nil)
+	defer stop()
+	if in.LeaseID != "" {
+		if err := a.Provider.DestroyLease(ctx, in.LeaseID); err != nil {
+			return classify(err)
+		}
+	}
+	if in.RunKey == "" {
+		return nil
+	}
+	return classify(a.sweep(ctx, in.RunKey, func(l sandbox.Lease) bool { return l.ID != in.Keep && l.ID != in.LeaseID }))
+}
+
+// AcquireFreshLease replaces a lease that must not be used again: it makes
+// sure the replaced lease is gone, destroys every lease of the run from an
+// earlier generation (orphans of lost create responses), then creates the
+// new lease. Leases of the new generation are left alone: they are what an
+// earlier attempt of this activity created, and the idempotency key
+// returns them.
+func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLeaseInput) (sandbox.Lease, error) {
+	if in.RunKey == "" {
+		return sandbox.Lease{}, classify(errMissingRunKey)
+	}
+	stop := a.keepHeartbeating(ctx, nil)
+	defer stop()
+	if in.Replacing != "" {
+		if err := a.Provider.DestroyLease(ctx, in.Replacing); err != nil {
+			return sandbox.Lease{}, classify(err)
+		}
+	}
+	err := a.sweep(ctx, in.RunKey, func(l sandbox.Lease) bool {
+		gen, err := strconv.Atoi(l.Labels[LabelGeneration])
+		return err != nil || gen < in.Generation
+	})
+	if err != nil {
+		return sandbox.Lease{}, classify(err)
+	}
+	lease, err := a.Provider.CreateLease(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
+	return lease, classify(err)
+}
+
+// sweep destroys the run's leases that doom selects. A provider that
+// cannot list by label has nothing to sweep; that is logged, not fatal.
+func (a *Activities) sweep(ctx context.Context, runKey string, doom func(sandbox.Lease) bool) error {
+	leases, err := a.Provider.ListLeases(ctx, map[string]string{LabelRun: runKey})
+	var api *sandbox.APIError
+	if errors.As(err, &api) && (api.Status == 404 || api.Status == 405 || api.Status == 501) {
+		activity.GetLogger(ctx).Warn("sandbox server cannot list leases by label; orphan sweep skipped", "status", api.Status)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, l := range leases {
+		if l.Status.Terminal() || !doom(l) {
+			continue
+		}
+		activity.GetLogger(ctx).Info("destroying orphaned lease", "lease", l.ID, "generation", l.Labels[LabelGeneration])
+		if err := a.Provider.DestroyLease(ctx, l.ID); err != nil {
+			return fmt.Errorf("sweep orphaned lease %s: %w", l.ID, err)
+		}
+	}
+	return nil
+}
+
+// labelledSpec adds the run's labels and idempotency key to spec.
+func (a *Activities) labelledSpec(ctx context.Context, spec sandbox.LeaseSpec, runKey string, generation int) sandbox.LeaseSpec {
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	gen := strconv.Itoa(generation)
+	labels[LabelRun] = runKey
+	labels[LabelGeneration] = gen
+	labels[LabelWorkflowID] = activity.GetInfo(ctx).WorkflowExecution.ID
+	spec.Labels = labels
+	sum := sha256.Sum256([]byte(runKey + "\x00" + gen))
+	spec.IdempotencyKey = "sandboxflow-" + hex.EncodeToString(sum[:16])
+	return spec
+}

@@ -1,0 +1,61 @@
+// Package workflows runs commands in sandboxes as Temporal workflows.
+//
+// [RunCommand] is the workflow; [Run] runs the same steps inline from your
+// own workflow code. Both read top to bottom as:
+//
+//	CreateLease (or use Request.LeaseID)
+//	Execute
+//	  └─ lease unusable? DestroyLease(old) → AcquireFreshLease → Execute again,
+//	     at most MaxFreshLeases times, then fail with SandboxCompensationExhausted
+//	DestroyLease + sweep of the run's orphans, always (unless KeepLease), even
+//	when the run failed or was cancelled
+//
+// # Where each failure goes
+//
+//	failure                                   handled by              outcome
+//	command exits non-zero                    —                       Result with ExitCode
+//	command runs out of time                  —                       Result with TimedOut (tree killed)
+//	SandboxCleanupError (creation or          compensation            fresh lease, command runs again
+//	  termination unconfirmed)
+//	SandboxLeaseGone (lease vanished)         compensation            fresh lease, command runs again
+//	compensation used up                      —                       fails: SandboxCompensationExhausted,
+//	                                                                  every lease destroyed
+//	OutputConnectionError (output stream      Execute retry policy    tree killed, command runs again on
+//	  lost after the reconnect budget)          (4 attempts)            the same lease; then fails
+//	SandboxUnavailable, SandboxAPIError       activity retry policy   retried, then fails with that type
+//	  5xx/429
+//	worker dies mid-command                   heartbeat timeout,      the retry re-attaches to the running
+//	                                            Execute retry           process: the command runs once
+//	SandboxInvalidInput                       —                       fails at once, before anything is sent
+//	SandboxProtocolError, SandboxOutputEvicted, —                     fails at once (not retried)
+//	  SandboxAPIError 4xx
+//	workflow cancelled                        —                       process tree killed, lease destroyed,
+//	                                                                  workflow canceled
+//
+// The default activity options, written once in this package (options.go):
+//
+//	activity           start-to-close        heartbeat  retries
+//	CreateLease        5 min                 30 s       5 attempts, 1 s → 30 s
+//	Execute            timeout + 5 min       20 s       4 attempts, 1 s → 10 s
+//	                   (24 h without one)
+//	DestroyLease       5 min a try, 24 h all 30 s       unlimited within 24 h, 1 s → 1 min
+//	AcquireFreshLease  10 min                30 s       5 attempts, 1 s → 30 s
+//
+// Every non-retryable type of the sandbox taxonomy is also listed in the
+// retry policies' NonRetryableErrorTypes; activities mark each failure
+// retryable or not themselves, so the policies cannot get it wrong.
+// Request.ActivityOptions overrides any of these.
+//
+// # In the Web UI
+//
+// Every activity carries a summary ("execute `make test` in lease sbx-1"),
+// the workflow's current details show its phase, lease and compensations,
+// and, where the namespace has them, the keyword search attributes
+// SandboxLeaseID and SandboxPhase find runs by lease or phase.
+//
+// # Changing the workflow
+//
+// The workflow code is deterministic. Histories of earlier versions are
+// replayed in tests (testdata/*.json); any change to the sequence of
+// commands must go behind workflow.GetVersion.
+package workflows

@@ -1,0 +1,140 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// ActivityOverrides replaces parts of the default activity options. Nil
+// entries and zero fields keep the defaults.
+type ActivityOverrides struct {
+	CreateLease       *ActivityOptions `json:"createLease,omitempty"`
+	Execute           *ActivityOptions `json:"execute,omitempty"`
+	DestroyLease      *ActivityOptions `json:"destroyLease,omitempty"`
+	AcquireFreshLease *ActivityOptions `json:"acquireFreshLease,omitempty"`
+}
+
+// ActivityOptions are the options of one activity that a request may
+// override.
+type ActivityOptions struct {
+	TaskQueue              string                `json:"taskQueue,omitempty"`
+	ScheduleToCloseTimeout time.Duration         `json:"scheduleToCloseTimeout,omitempty"`
+	StartToCloseTimeout    time.Duration         `json:"startToCloseTimeout,omitempty"`
+	HeartbeatTimeout       time.Duration         `json:"heartbeatTimeout,omitempty"`
+	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
+}
+
+// Types that no activity retries: retrying cannot help, or (for cleanup
+// errors) must not happen on the same lease.
+func nonRetryableTypes() []string {
+	return []string{
+		sandbox.TypeCleanup,
+		sandbox.TypeInvalidInput,
+		sandbox.TypeProtocol,
+		sandbox.TypeOutputEvicted,
+		sandbox.TypeLeaseGone,
+	}
+}
+
+// leaseOptions are the defaults of CreateLease and AcquireFreshLease: a new
+// sandbox may take a while to reach running, the activity heartbeats while
+// it waits, and unavailability is retried a few times.
+func leaseOptions(startToClose time.Duration) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		HeartbeatTimeout:    30 * time.Second,
+		// A cancelled run sweeps its leases only after a create in flight
+		// has finished, so that the sweep sees what it created.
+		WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			MaximumAttempts:        5,
+			NonRetryableErrorTypes: nonRetryableTypes(),
+		},
+	}
+}
+
+// executeOptions are the defaults of Execute. The heartbeat timeout notices
+// a dead worker (the retry then re-attaches to the running command); the
+// maximum attempts bound connection exhaustion.
+func executeOptions(cmd sandbox.Command) workflow.ActivityOptions {
+	startToClose := 24 * time.Hour
+	if cmd.Timeout > 0 {
+		startToClose = cmd.Timeout + 5*time.Minute
+	}
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		HeartbeatTimeout:    20 * time.Second,
+		WaitForCancellation: true, // let the activity kill the process tree before the workflow moves on
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        10 * time.Second,
+			MaximumAttempts:        4,
+			NonRetryableErrorTypes: nonRetryableTypes(),
+		},
+	}
+}
+
+// destroyOptions are the defaults of DestroyLease: a leaked lease costs
+// money, so it is retried for a day.
+func destroyOptions() workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		StartToCloseTimeout:    5 * time.Minute,
+		HeartbeatTimeout:       30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        time.Minute,
+			NonRetryableErrorTypes: []string{sandbox.TypeInvalidInput},
+		},
+	}
+}
+
+// apply returns base with the non-zero fields of o.
+func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.ActivityOptions {
+	if o == nil {
+		return base
+	}
+	if o.TaskQueue != "" {
+		base.TaskQueue = o.TaskQueue
+	}
+	if o.ScheduleToCloseTimeout > 0 {
+		base.ScheduleToCloseTimeout = o.ScheduleToCloseTimeout
+	}
+	if o.StartToCloseTimeout > 0 {
+		base.StartToCloseTimeout = o.StartToCloseTimeout
+	}
+	if o.HeartbeatTimeout > 0 {
+		base.HeartbeatTimeout = o.HeartbeatTimeout
+	}
+	if o.RetryPolicy != nil {
+		base.RetryPolicy = o.RetryPolicy
+	}
+	return base
+}
+
+// activityOptions is the resolved options of every activity of a run.
+type activityOptions struct {
+	createLease, execute, destroyLease, acquireFreshLease workflow.ActivityOptions
+}
+
+func resolveOptions(req Request) activityOptions {
+	o := req.ActivityOptions
+	if o == nil {
+		o = &ActivityOverrides{}
+	}
+	return activityOptions{
+		createLease:       o.CreateLease.apply(leaseOptions(5 * time.Minute)),
+		execute:           o.Execute.apply(executeOptions(req.Command)),
+		destroyLease:      o.DestroyLease.apply(destroyOptions()),
+		acquireFreshLease: o.AcquireFreshLease.apply(leaseOptions(10 * time.Minute)),
+	}
+}

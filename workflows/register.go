@@ -1,0 +1,28 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// Registry is where workflows and activities are registered: a
+// worker.Worker or a testsuite environment.
+type Registry interface {
+	activities.Registry
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
+// Register registers RunCommand and the activities over provider: all a
+// worker needs. Use RegisterWorkflows and Activities.Register instead to
+// configure the activities (secrets, heartbeat interval).
+func Register(r Registry, provider sandbox.Provider) {
+	RegisterWorkflows(r)
+	(&activities.Activities{Provider: provider}).Register(r)
+}
+
+// RegisterWorkflows registers RunCommand under WorkflowName.
+func RegisterWorkflows(r Registry) {
+	r.RegisterWorkflowWithOptions(RunCommand, workflow.RegisterOptions{Name: WorkflowName})
+}

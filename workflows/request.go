@@ -1,0 +1,85 @@
+package workflows
+
+import (
+	"fmt"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// DefaultMaxFreshLeases is how many fresh leases a run may take when
+// Request.MaxFreshLeases is zero.
+const DefaultMaxFreshLeases = 2
+
+// Request is the input of RunCommand (and of Run).
+type Request struct {
+	// Command is what to run.
+	Command sandbox.Command `json:"command"`
+	// SecretEnv adds environment variables whose values are secrets:
+	// variable name → secret name. Only the names enter workflow history;
+	// the worker resolves the values (see activities.Secrets).
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+	// Lease describes the sandbox to create, and every fresh one.
+	Lease sandbox.LeaseSpec `json:"lease,omitzero"`
+	// LeaseID, when set, runs the command on this existing lease instead of
+	// creating one. If that lease turns out to be unusable, compensation
+	// replaces it with a fresh lease made from Lease, like any other.
+	LeaseID string `json:"leaseId,omitempty"`
+	// MaxFreshLeases bounds compensation: how many times an unusable lease
+	// may be destroyed and replaced. Zero means DefaultMaxFreshLeases; a
+	// negative value disables compensation.
+	MaxFreshLeases int `json:"maxFreshLeases,omitempty"`
+	// KeepLease leaves the lease the command ran on alive at the end (the
+	// caller then owns it). Orphans are still swept.
+	KeepLease bool `json:"keepLease,omitempty"`
+	// ActivityOptions overrides the documented defaults of the activities.
+	ActivityOptions *ActivityOverrides `json:"activityOptions,omitempty"`
+}
+
+// Validate checks the request without running anything. It returns an
+// *sandbox.InvalidInputError naming the first field at fault.
+func (r Request) Validate() error {
+	if err := r.Command.Validate(); err != nil {
+		return err
+	}
+	if r.LeaseID != "" {
+		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
+			return err
+		}
+	}
+	for variable, secret := range r.SecretEnv {
+		if !sandbox.ValidEnvName(variable) {
+			return &sandbox.InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%q is not a valid variable name", variable)}
+		}
+		if secret == "" {
+			return &sandbox.InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s names no secret", variable)}
+		}
+		if _, clash := r.Command.Env[variable]; clash {
+			return &sandbox.InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s is also a plain environment variable", variable)}
+		}
+	}
+	return nil
+}
+
+func (r Request) maxFreshLeases() int {
+	switch {
+	case r.MaxFreshLeases == 0:
+		return DefaultMaxFreshLeases
+	case r.MaxFreshLeases < 0:
+		return 0
+	}
+	return r.MaxFreshLeases
+}
+
+// Result is what RunCommand returns: the command's Result, and which lease
+// it ran on.
+type Result struct {
+	sandbox.Result
+	// LeaseID is the lease the command ran on (destroyed by now unless
+	// Request.KeepLease).
+	LeaseID string `json:"leaseId"`
+	// FreshLeases counts the compensations: leases taken to replace an
+	// unusable one.
+	FreshLeases int `json:"freshLeases"`
+	// DestroyedLeases lists every lease the run destroyed, in order.
+	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+}

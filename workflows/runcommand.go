@@ -1,0 +1,265 @@
+package workflows
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// WorkflowName is the registered name of RunCommand.
+const WorkflowName = "sandboxflow.RunCommand"
+
+// TypeCompensationExhausted is the error type of a run that used up its
+// fresh leases and still could not run the command.
+const TypeCompensationExhausted = "SandboxCompensationExhausted"
+
+// CompensationDetails are the details of a SandboxCompensationExhausted
+// error.
+type CompensationDetails struct {
+	FreshLeases     int      `json:"freshLeases"`
+	DestroyedLeases []string `json:"destroyedLeases"`
+}
+
+// RunCommand is the workflow: it runs Request.Command on a lease, replaces
+// the lease when it becomes unusable, and always releases what it leased.
+// See the package documentation for the flow and where each failure goes.
+//
+// While it runs it answers StateQuery and keeps its current details (shown
+// by the Web UI) up to date. It upserts the keyword search attributes
+// SearchAttributeLeaseID and SearchAttributePhase only when it was started
+// with SearchAttributePhase set, which a starter can do only when the
+// namespace has them registered; otherwise it works without them.
+func RunCommand(ctx workflow.Context, req Request) (Result, error) {
+	r := newRun(req, workflow.GetInfo(ctx).WorkflowExecution.RunID)
+	r.publisher.enabled = true
+	r.publisher.searchAttributes = workflow.GetTypedSearchAttributes(ctx).
+		ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase))
+	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (State, error) { return r.state, nil }); err != nil {
+		return Result{}, err
+	}
+	return r.run(ctx)
+}
+
+// Run runs a command exactly as RunCommand does, but inline: from the
+// caller's own workflow code, its activities recorded in the caller's
+// history. It publishes no query, details or search attributes (the
+// workflow is the caller's), and may be called any number of times.
+func Run(ctx workflow.Context, req Request) (Result, error) {
+	var key string
+	// Each call needs its own run key, the same on every replay.
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return "inline-" + rand.Text() }).Get(&key); err != nil {
+		return Result{}, err
+	}
+	return newRun(req, key).run(ctx)
+}
+
+// run is one execution of a Request.
+type run struct {
+	req       Request
+	runKey    string // labels every lease of the run
+	options   activityOptions
+	state     State
+	publisher publisher
+}
+
+func newRun(req Request, runKey string) *run {
+	return &run{
+		req:       req,
+		runKey:    runKey,
+		options:   resolveOptions(req),
+		state:     State{MaxFreshLeases: req.maxFreshLeases()},
+		publisher: publisher{command: summarize(req.Command.String())},
+	}
+}
+
+func (r *run) run(ctx workflow.Context) (Result, error) {
+	if err := r.req.Validate(); err != nil {
+		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	}
+	result, err := r.runWithCompensation(ctx)
+	if cleanupErr := r.release(ctx); err == nil {
+		err = cleanupErr
+	}
+	switch {
+	case err == nil:
+		r.setPhase(ctx, PhaseCompleted)
+	case temporal.IsCanceledError(err):
+		r.setPhase(ctx, PhaseCanceled)
+	default:
+		r.setPhase(ctx, PhaseFailed)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	result.LeaseID = r.state.LeaseID
+	result.FreshLeases = r.state.FreshLeases
+	result.DestroyedLeases = slices.Clone(r.state.DestroyedLeases)
+	return result, nil
+}
+
+// runWithCompensation gets a lease and runs the command on it. When the
+// lease turns out to be unusable (see compensable) it destroys it, takes a
+// fresh one and runs the command again, at most MaxFreshLeases times.
+func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
+	var lease *sandbox.Lease
+	if r.req.LeaseID != "" {
+		lease = &sandbox.Lease{ID: r.req.LeaseID}
+		r.setLease(ctx, lease.ID)
+	}
+	replaced := ""
+	for generation := 0; ; generation++ {
+		var err error
+		if lease == nil {
+			lease, err = r.acquire(ctx, generation, replaced)
+		}
+		if lease != nil {
+			var res sandbox.Result
+			if res, err = r.execute(ctx, *lease); err == nil {
+				return Result{Result: res}, nil
+			}
+		}
+		if !compensable(err) {
+			return Result{}, err
+		}
+		r.state.LastError = err.Error()
+		workflow.GetLogger(ctx).Warn("lease unusable; compensating", "lease", r.state.LeaseID, "error", err)
+		if lease != nil {
+			// Never run on this lease again: it may hold an orphan.
+			r.setPhase(ctx, PhaseCompensating)
+			if err := r.destroy(ctx, lease.ID); err != nil {
+				return Result{}, err
+			}
+			replaced, lease = lease.ID, nil
+			r.setLease(ctx, "")
+		}
+		if r.state.FreshLeases >= r.state.MaxFreshLeases {
+			return Result{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", r.state.FreshLeases, r.state.DestroyedLeases),
+				TypeCompensationExhausted, err,
+				CompensationDetails{FreshLeases: r.state.FreshLeases, DestroyedLeases: slices.Clone(r.state.DestroyedLeases)})
+		}
+		r.state.FreshLeases++
+	}
+}
+
+// compensable reports whether err leaves the lease unusable, so that the
+// remedy is a fresh lease: a cleanup error (the lease may hold an orphan)
+// or a lease that is gone.
+func compensable(err error) bool {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return false
+	}
+	return appErr.Type() == sandbox.TypeCleanup || appErr.Type() == sandbox.TypeLeaseGone
+}
+
+// acquire gets the lease of a generation: CreateLease for the first,
+// AcquireFreshLease (which also sweeps earlier generations) for the others.
+func (r *run) acquire(ctx workflow.Context, generation int, replacing string) (*sandbox.Lease, error) {
+	var lease sandbox.Lease
+	var err error
+	if generation == 0 {
+		r.setPhase(ctx, PhaseCreatingLease)
+		opts := r.options.createLease
+		opts.Summary = "create lease" + describeSpec(r.req.Lease)
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameCreateLease,
+			activities.CreateLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
+	} else {
+		r.setPhase(ctx, PhaseCompensating)
+		opts := r.options.acquireFreshLease
+		opts.Summary = fmt.Sprintf("acquire fresh lease %d/%d", generation, r.state.MaxFreshLeases)
+		if replacing != "" {
+			opts.Summary += " replacing " + replacing
+		}
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameAcquireFreshLease,
+			activities.AcquireFreshLeaseInput{Replacing: replacing, Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.setLease(ctx, lease.ID)
+	return &lease, nil
+}
+
+func (r *run) execute(ctx workflow.Context, lease sandbox.Lease) (sandbox.Result, error) {
+	r.setPhase(ctx, PhaseExecuting)
+	opts := r.options.execute
+	opts.Summary = fmt.Sprintf("execute `%s` in lease %s", r.publisher.command, lease.ID)
+	var res sandbox.Result
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameExecute,
+		activities.ExecuteInput{Lease: lease, Command: r.req.Command, SecretEnv: r.req.SecretEnv}).Get(ctx, &res)
+	return res, err
+}
+
+func (r *run) destroy(ctx workflow.Context, leaseID string) error {
+	opts := r.options.destroyLease
+	opts.Summary = "destroy lease " + leaseID
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameDestroyLease,
+		activities.DestroyLeaseInput{LeaseID: leaseID}).Get(ctx, nil)
+	if err == nil {
+		r.state.DestroyedLeases = append(r.state.DestroyedLeases, leaseID)
+		r.publisher.publish(ctx, r.state)
+	}
+	return err
+}
+
+// release destroys the lease in use (unless the request keeps it) and
+// sweeps the run's orphans. It runs in a disconnected context, so that a
+// cancelled or failed run releases its lease too.
+func (r *run) release(ctx workflow.Context) error {
+	ctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	r.setPhase(ctx, PhaseCleaningUp)
+	in := activities.DestroyLeaseInput{RunKey: r.runKey}
+	if r.req.KeepLease {
+		in.Keep = r.state.LeaseID
+	} else {
+		in.LeaseID = r.state.LeaseID
+	}
+	opts := r.options.destroyLease
+	opts.Summary = "release: sweep orphans"
+	if in.LeaseID != "" {
+		opts.Summary = "release: destroy lease " + in.LeaseID + " and sweep orphans"
+	}
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameDestroyLease, in).Get(ctx, nil); err != nil {
+		return err
+	}
+	if in.LeaseID != "" {
+		r.state.DestroyedLeases = append(r.state.DestroyedLeases, in.LeaseID)
+	}
+	return nil
+}
+
+func (r *run) setPhase(ctx workflow.Context, phase Phase) {
+	r.state.Phase = phase
+	r.publisher.publish(ctx, r.state)
+}
+
+func (r *run) setLease(ctx workflow.Context, leaseID string) {
+	r.state.LeaseID = leaseID
+	r.publisher.publish(ctx, r.state)
+}
+
+// describeSpec renders the interesting parts of a lease spec for a summary.
+func describeSpec(spec sandbox.LeaseSpec) string {
+	if spec.Shape == "" {
+		return ""
+	}
+	return " (" + spec.Shape + ")"
+}
+
+// summarize keeps a command line short enough for a one-line summary.
+func summarize(command string) string {
+	const max = 60
+	if r := []rune(command); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return command
+}

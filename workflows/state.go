@@ -1,0 +1,99 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// StateQuery is the query that RunCommand answers with its State.
+const StateQuery = "state"
+
+// Keyword search attributes that RunCommand keeps current when the
+// namespace has them registered (see RunCommand).
+const (
+	SearchAttributeLeaseID = "SandboxLeaseID"
+	SearchAttributePhase   = "SandboxPhase"
+)
+
+// Phase is where a run is.
+type Phase string
+
+const (
+	PhaseCreatingLease Phase = "creating-lease"
+	PhaseExecuting     Phase = "executing"
+	PhaseCompensating  Phase = "compensating"
+	PhaseCleaningUp    Phase = "cleaning-up"
+	PhaseCompleted     Phase = "completed"
+	PhaseFailed        Phase = "failed"
+	PhaseCanceled      Phase = "canceled"
+)
+
+// State is what a run has done so far: the answer to StateQuery, and what
+// the Web UI shows as the workflow's current details.
+type State struct {
+	Phase Phase `json:"phase"`
+	// LeaseID is the lease in use.
+	LeaseID string `json:"leaseId,omitempty"`
+	// FreshLeases counts compensations so far, out of MaxFreshLeases.
+	FreshLeases    int `json:"freshLeases"`
+	MaxFreshLeases int `json:"maxFreshLeases"`
+	// DestroyedLeases lists the leases destroyed so far.
+	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// LastError is the failure that caused the latest compensation.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// publisher shows a run's State outside the workflow: as current details
+// in the Web UI and as search attributes. A run embedded in someone else's
+// workflow publishes nothing: the workflow is not ours to describe.
+type publisher struct {
+	enabled          bool
+	searchAttributes bool
+	command          string
+	// what the search attributes hold now
+	phase   Phase
+	leaseID string
+}
+
+func (p *publisher) publish(ctx workflow.Context, s State) {
+	if !p.enabled {
+		return
+	}
+	workflow.SetCurrentDetails(ctx, p.details(s))
+	if !p.searchAttributes {
+		return
+	}
+	var updates []temporal.SearchAttributeUpdate
+	if s.Phase != p.phase {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase).ValueSet(string(s.Phase)))
+	}
+	if s.LeaseID != p.leaseID && s.LeaseID != "" {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(SearchAttributeLeaseID).ValueSet(s.LeaseID))
+	}
+	if len(updates) > 0 {
+		if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+			workflow.GetLogger(ctx).Warn("could not upsert search attributes", "error", err)
+		}
+	}
+	p.phase, p.leaseID = s.Phase, s.LeaseID
+}
+
+// details renders s in Temporal markdown for the Web UI.
+func (p *publisher) details(s State) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%s** `%s`", s.Phase, p.command)
+	if s.LeaseID != "" {
+		fmt.Fprintf(&b, " on lease `%s`", s.LeaseID)
+	}
+	fmt.Fprintf(&b, " · fresh leases %d/%d", s.FreshLeases, s.MaxFreshLeases)
+	if len(s.DestroyedLeases) > 0 {
+		fmt.Fprintf(&b, " · destroyed %s", strings.Join(s.DestroyedLeases, ", "))
+	}
+	if s.LastError != "" {
+		fmt.Fprintf(&b, " · last failure: %s", s.LastError)
+	}
+	return b.String()
+}
