@@ -1,0 +1,129 @@
+package starter
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+const usage = "usage: starter [flags] -- cmd [args...]"
+
+// options is a parsed command line.
+type options struct {
+	request    workflows.Request
+	workflowID string
+	taskQueue  string
+	detach     bool
+	json       bool
+}
+
+// parseArgs reads the command line. Errors are one line, fit for a user.
+func parseArgs(args []string, stdin io.Reader) (options, error) {
+	var o options
+	dash := slices.Index(args, "--")
+	if dash < 0 {
+		return o, fmt.Errorf("missing `--` before the command (%s)", usage)
+	}
+	flagArgs, command := args[:dash], args[dash+1:]
+	if len(command) == 0 {
+		return o, fmt.Errorf("no command after `--` (%s)", usage)
+	}
+
+	fs := flag.NewFlagSet("starter", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		env, secretEnv keyValues
+		stdinPath      string
+	)
+	fs.StringVar(&o.request.Command.Cwd, "cwd", "", "working directory (relative to the lease's workspace)")
+	env.flag, secretEnv.flag = "--env", "--secret-env"
+	fs.Var(&env, "env", "environment variable `K=V` (repeatable)")
+	fs.Var(&secretEnv, "secret-env", "secret environment variable `K=SECRET`, resolved on the worker (repeatable)")
+	fs.StringVar(&stdinPath, "stdin", "", "`FILE` to use as standard input, or - for this program's")
+	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
+	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
+	fs.StringVar(&o.workflowID, "workflow-id", "", "workflow id (default: a new random one)")
+	fs.StringVar(&o.taskQueue, "task-queue", DefaultTaskQueue, "task queue of the worker")
+	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
+	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
+	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout")
+	if err := fs.Parse(flagArgs); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, fmt.Errorf("%s; flags: %s", usage, flagNames(fs))
+		}
+		for _, kv := range []*keyValues{&env, &secretEnv} {
+			if kv.malformed {
+				// The flag package's message would echo the value, which may be a secret.
+				return o, fmt.Errorf("%s takes K=V (%s)", kv.flag, usage)
+			}
+		}
+		return o, fmt.Errorf("%v (%s)", err, usage)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q before `--` (%s)", fs.Arg(0), usage)
+	}
+
+	o.request.Command.Argv = command
+	o.request.Command.Env = env.m
+	o.request.SecretEnv = secretEnv.m
+	if o.workflowID == "" {
+		o.workflowID = newWorkflowID()
+	}
+	switch stdinPath {
+	case "":
+	case "-":
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return o, fmt.Errorf("read stdin: %v", err)
+		}
+		o.request.Command.Stdin = data
+	default:
+		data, err := os.ReadFile(stdinPath)
+		if err != nil {
+			return o, fmt.Errorf("--stdin: %v", err)
+		}
+		o.request.Command.Stdin = data
+	}
+	if o.request.Command.Timeout < 0 {
+		return o, errors.New("--timeout must not be negative")
+	}
+	if err := o.request.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func flagNames(fs *flag.FlagSet) string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, "--"+f.Name) })
+	return strings.Join(names, " ")
+}
+
+// keyValues is a repeatable K=V flag.
+type keyValues struct {
+	flag      string
+	m         map[string]string
+	malformed bool
+}
+
+func (kv *keyValues) String() string { return "" }
+
+func (kv *keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		kv.malformed = true
+		return errors.New("not K=V")
+	}
+	if kv.m == nil {
+		kv.m = map[string]string{}
+	}
+	kv.m[k] = v
+	return nil
+}

@@ -1,0 +1,291 @@
+// Package starter is the starter program: it starts a RunCommand workflow
+// for a command line, shows its progress, prints the command's output and
+// returns the command's exit code. The starter binary and `devserver run`
+// both run it, so that they behave exactly alike.
+package starter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// Exit codes of the starter itself. Any other code is the command's.
+const (
+	// ExitUsage: the command line was wrong.
+	ExitUsage = 2
+	// ExitRunFailed: the run failed or could not start; the command's own
+	// exit code is unknown. 125 as in `docker run`, because 1 and 2 are
+	// common exit codes of commands.
+	ExitRunFailed = 125
+	// ExitInterrupted: the starter was interrupted (128+SIGINT).
+	ExitInterrupted = 130
+)
+
+// DefaultTaskQueue is the task queue of the worker when --task-queue is not given.
+const DefaultTaskQueue = "sandboxflow"
+
+// IO is what the starter reads and writes.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Progress enables the live progress line on Stderr (when it is a
+	// terminal).
+	Progress bool
+}
+
+// Started, if not nil, learns the workflow run as soon as it has started.
+type Started func(workflowID, runID string)
+
+// Main runs the starter with args (without the program name) against the
+// Temporal service that temporalOptions describe, and returns the exit code:
+// the command's, or one of the Exit* codes.
+func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.Options, started Started) int {
+	opts, err := parseArgs(args, stdio.Stdin)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "starter: %v\n", err)
+		return ExitUsage
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, err := client.DialContext(dialCtx, temporalOptions)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "starter: cannot reach Temporal at %s: %v\n", hostPort(temporalOptions), oneLine(err))
+		return ExitRunFailed
+	}
+	defer c.Close()
+
+	startOpts := client.StartWorkflowOptions{
+		ID:        opts.workflowID,
+		TaskQueue: opts.taskQueue,
+	}
+	if searchAttributesRegistered(ctx, c, temporalOptions.Namespace) {
+		startOpts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
+	}
+	run, err := c.ExecuteWorkflow(ctx, startOpts, workflows.WorkflowName, opts.request)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "starter: cannot start the run: %v\n", oneLine(err))
+		return ExitRunFailed
+	}
+	if started != nil {
+		started(run.GetID(), run.GetRunID())
+	}
+	if opts.detach {
+		if opts.json {
+			return writeJSON(stdio, jsonResult{WorkflowID: run.GetID(), RunID: run.GetRunID()})
+		}
+		fmt.Fprintf(stdio.Stdout, "%s %s\n", run.GetID(), run.GetRunID())
+		return 0
+	}
+
+	result, err := wait(ctx, c, run, stdio)
+	if err != nil {
+		if errors.Is(err, errInterrupted) {
+			fmt.Fprintln(stdio.Stderr, "starter: interrupted; the run was cancelled and its lease released")
+			return ExitInterrupted
+		}
+		fmt.Fprintf(stdio.Stderr, "starter: run %s failed: %v\n", run.GetID(), describeFailure(err))
+		return ExitRunFailed
+	}
+	if opts.json {
+		if code := writeJSON(stdio, jsonResult{
+			WorkflowID: run.GetID(), RunID: run.GetRunID(),
+			ExitCode: result.ExitCode, Signal: result.Signal, TimedOut: result.TimedOut,
+			Stdout: result.Stdout, Stderr: result.Stderr, Truncated: result.Truncated,
+			LeaseID: result.LeaseID, FreshLeases: result.FreshLeases,
+		}); code != 0 {
+			return code
+		}
+		return result.ShellExitCode()
+	}
+	io.WriteString(stdio.Stdout, result.Stdout)
+	io.WriteString(stdio.Stderr, result.Stderr)
+	switch {
+	case result.TimedOut:
+		fmt.Fprintf(stdio.Stderr, "starter: the command timed out after %s and was killed\n", opts.request.Command.Timeout)
+	case result.Signal != "":
+		fmt.Fprintf(stdio.Stderr, "starter: the command was killed by %s\n", result.Signal)
+	}
+	if result.Truncated {
+		fmt.Fprintln(stdio.Stderr, "starter: output truncated: only the end of each stream is shown")
+	}
+	return result.ShellExitCode()
+}
+
+// jsonResult is the one object --json prints.
+type jsonResult struct {
+	WorkflowID  string `json:"workflowId"`
+	RunID       string `json:"runId"`
+	ExitCode    int    `json:"exitCode"`
+	Signal      string `json:"signal,omitempty"`
+	TimedOut    bool   `json:"timedOut"`
+	Stdout      string `json:"stdout"`
+	Stderr      string `json:"stderr"`
+	Truncated   bool   `json:"truncated"`
+	LeaseID     string `json:"leaseId,omitempty"`
+	FreshLeases int    `json:"freshLeases"`
+}
+
+func writeJSON(stdio IO, r jsonResult) int {
+	if err := json.NewEncoder(stdio.Stdout).Encode(r); err != nil {
+		fmt.Fprintf(stdio.Stderr, "starter: %v\n", err)
+		return ExitRunFailed
+	}
+	return 0
+}
+
+var errInterrupted = errors.New("interrupted")
+
+// wait waits for the run's result, showing progress if asked. An interrupt
+// (SIGINT) cancels the run and waits for it to release its lease; a second
+// one stops waiting.
+func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO) (workflows.Result, error) {
+	interrupts := make(chan os.Signal, 2)
+	signal.Notify(interrupts, os.Interrupt)
+	defer signal.Stop(interrupts)
+
+	type outcome struct {
+		result workflows.Result
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		o.err = run.Get(ctx, &o.result)
+		done <- o
+	}()
+
+	var ticks <-chan time.Time
+	if stdio.Progress {
+		ticker := time.NewTicker(500 * time.Millisecond)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
+	progress := progressLine{w: stdio.Stderr}
+	defer progress.clear()
+	interrupted := false
+	for {
+		select {
+		case o := <-done:
+			if interrupted {
+				return o.result, errInterrupted
+			}
+			return o.result, o.err
+		case <-interrupts:
+			if interrupted {
+				return workflows.Result{}, errInterrupted
+			}
+			interrupted = true
+			progress.clear()
+			fmt.Fprintln(stdio.Stderr, "starter: cancelling the run (interrupt again to stop waiting)")
+			if err := c.CancelWorkflow(ctx, run.GetID(), run.GetRunID()); err != nil {
+				fmt.Fprintf(stdio.Stderr, "starter: cannot cancel the run: %v\n", oneLine(err))
+			}
+		case <-ticks:
+			queryCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			value, err := c.QueryWorkflow(queryCtx, run.GetID(), run.GetRunID(), workflows.StateQuery)
+			cancel()
+			var state workflows.State
+			if err == nil && value.Get(&state) == nil {
+				progress.show(state)
+			}
+		}
+	}
+}
+
+// progressLine keeps one status line on a terminal.
+type progressLine struct {
+	w     io.Writer
+	shown bool
+}
+
+func (p *progressLine) show(s workflows.State) {
+	line := fmt.Sprintf("sandboxflow: %s", s.Phase)
+	if s.LeaseID != "" {
+		line += " · lease " + s.LeaseID
+	}
+	if s.FreshLeases > 0 {
+		line += fmt.Sprintf(" · compensations %d/%d", s.FreshLeases, s.MaxFreshLeases)
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s", line)
+	p.shown = true
+}
+
+func (p *progressLine) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+}
+
+// searchAttributesRegistered reports whether the namespace has both of
+// RunCommand's search attributes, so that the run may carry them.
+func searchAttributesRegistered(ctx context.Context, c client.Client, namespace string) bool {
+	if namespace == "" {
+		namespace = client.DefaultNamespace
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return false
+	}
+	for _, name := range []string{workflows.SearchAttributeLeaseID, workflows.SearchAttributePhase} {
+		if resp.GetCustomAttributes()[name] != enums.INDEXED_VALUE_TYPE_KEYWORD {
+			return false
+		}
+	}
+	return true
+}
+
+// describeFailure renders a run's failure as "Type: message" of its root
+// ApplicationError, the part a user can act on.
+func describeFailure(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return fmt.Sprintf("%s: %s", appErr.Type(), oneLine(appErr))
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return "canceled"
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "timed out: " + oneLine(timeout)
+	}
+	return oneLine(err)
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+func hostPort(o client.Options) string {
+	if o.HostPort == "" {
+		return client.DefaultHostPort
+	}
+	return o.HostPort
+}
+
+func newWorkflowID() string { return "sandboxflow-" + strings.ToLower(rand.Text()[:12]) }
+
+// IsTerminal reports whether f is a terminal, where a progress line helps.
+func IsTerminal(f *os.File) bool {
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,89 @@
+package starter
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+func TestParseArgsBuildsTheRequest(t *testing.T) {
+	stdinFile := filepath.Join(t.TempDir(), "in")
+	require.NoError(t, os.WriteFile(stdinFile, []byte("input"), 0o600))
+	o, err := parseArgs([]string{
+		"--cwd", "src", "--env", "A=1", "--env", "B=x=y", "--secret-env", "TOKEN=deploy",
+		"--stdin", stdinFile, "--timeout", "90s", "--shape", "s-1vcpu-1gb",
+		"--workflow-id", "wf-1", "--task-queue", "q", "--keep-lease", "--json",
+		"--", "make", "-j2", "--", "test",
+	}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.Command{
+		Argv: []string{"make", "-j2", "--", "test"}, Cwd: "src",
+		Env: map[string]string{"A": "1", "B": "x=y"}, Stdin: []byte("input"), Timeout: 90 * time.Second,
+	}, o.request.Command)
+	assert.Equal(t, map[string]string{"TOKEN": "deploy"}, o.request.SecretEnv)
+	assert.Equal(t, "s-1vcpu-1gb", o.request.Lease.Shape)
+	assert.True(t, o.request.KeepLease)
+	assert.Equal(t, "wf-1", o.workflowID)
+	assert.Equal(t, "q", o.taskQueue)
+	assert.True(t, o.json)
+}
+
+func TestParseArgsReadsStdinFromDash(t *testing.T) {
+	o, err := parseArgs([]string{"--stdin", "-", "--", "cat"}, strings.NewReader("piped"))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("piped"), o.request.Command.Stdin)
+	assert.Equal(t, DefaultTaskQueue, o.taskQueue)
+	assert.True(t, strings.HasPrefix(o.workflowID, "sandboxflow-"))
+}
+
+func TestUsageErrorsAreOneClearLine(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"missing dashes": {[]string{"echo", "hi"}, "missing `--` before the command"},
+		"no command":     {[]string{"--json", "--"}, "no command after `--`"},
+		"unknown flag":   {[]string{"--frobnicate", "--", "true"}, "flag provided but not defined: -frobnicate"},
+		"bad env":        {[]string{"--env", "NOEQUALS", "--", "true"}, "--env takes K=V"},
+		"bad env name":   {[]string{"--env", "BAD;KEY=1", "--", "true"}, `"BAD;KEY" is not a valid variable name`},
+		"stray argument": {[]string{"oops", "--", "true"}, `unexpected argument "oops"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := Main(context.Background(), tc.args, IO{Stderr: &stderr}, client.Options{HostPort: "127.0.0.1:1"}, nil)
+			assert.Equal(t, ExitUsage, code)
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
+		})
+	}
+}
+
+func TestSecretLikeEnvValuesAreNotEchoed(t *testing.T) {
+	var stderr bytes.Buffer
+	Main(context.Background(), []string{"--env", "hunter2", "--", "true"}, IO{Stderr: &stderr}, client.Options{}, nil)
+	assert.NotContains(t, stderr.String(), "hunter2")
+}
+
+func TestTemporalUnreachableIsOneClearLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+
+	var stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--", "true"}, IO{Stderr: &stderr}, client.Options{HostPort: addr}, nil)
+	assert.Equal(t, ExitRunFailed, code)
+	assert.Contains(t, stderr.String(), "cannot reach Temporal at "+addr)
+	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
+}
