@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -225,4 +226,40 @@ func TestSweepIsSkippedWhenTheServerCannotList(t *testing.T) {
 	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return(nil, &sandbox.APIError{Status: 404, Operation: "list sandboxes"})
 	_, err := env.ExecuteActivity(NameDestroyLease, DestroyLeaseInput{RunKey: "run-a"})
 	require.NoError(t, err)
+}
+
+func TestWorkerStopDetachesAndLeavesTheProcessForTheNextAttempt(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	stopping := make(chan struct{})
+	env.SetWorkerStopChannel(stopping)
+	var (
+		mu        sync.Mutex
+		lastBeat  ExecuteProgress
+		beatCount int
+	)
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		mu.Lock()
+		defer mu.Unlock()
+		beatCount++
+		assert.NoError(t, details.Get(&lastBeat))
+	})
+	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
+		DoAndReturn(func(ctx context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
+			obs.Started(sandbox.Process{ID: "proc-1", Token: "t"})
+			close(stopping) // the worker begins to shut down
+			<-ctx.Done()
+			assert.ErrorIs(t, context.Cause(ctx), sandbox.ErrDetached, "the provider is told to detach, not to kill")
+			return sandbox.Result{}, fmt.Errorf("follow: %w", context.Cause(ctx))
+		})
+
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, TypeWorkerStopping, appErr.Type())
+	assert.False(t, appErr.NonRetryable())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, beatCount)
+	assert.Equal(t, "proc-1", lastBeat.Process.ID)
+	assert.False(t, lastBeat.Ended, "the next attempt must attach, not start again")
 }

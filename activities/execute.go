@@ -2,11 +2,13 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
@@ -72,22 +74,54 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 
 	progress := &progressRecorder{ctx: ctx}
 	stop := a.keepHeartbeating(ctx, progress.snapshot)
+	runCtx, release := detachOnWorkerStop(ctx)
 	var result sandbox.Result
 	if previous.Process.ID != "" && !previous.Ended {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
 		progress.Started(previous.Process)
-		result, err = a.Provider.Attach(ctx, lease, previous.Process, progress)
+		result, err = a.Provider.Attach(runCtx, lease, previous.Process, progress)
 	} else {
-		result, err = a.Provider.Execute(ctx, lease, cmd, progress)
+		result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
 	}
+	release()
 	stop()
-	// Whatever happened, this attempt is done with the process: it exited, or
-	// the provider killed it (or reported why it could not).
+	if errors.Is(err, sandbox.ErrDetached) {
+		// The process runs on; the last heartbeat names it, so the retry on
+		// another worker attaches to it.
+		return sandbox.Result{}, temporal.NewApplicationErrorWithCause(
+			"worker stopping: left the command running for the next attempt to attach to", TypeWorkerStopping, err)
+	}
+	// Otherwise this attempt is done with the process: it exited, or the
+	// provider killed it (or reported why it could not).
 	progress.end()
 	if err != nil {
 		return sandbox.Result{}, classify(err)
 	}
 	return result, nil
+}
+
+// TypeWorkerStopping is the (retryable) error type of an Execute attempt
+// that left its command running because its worker is shutting down.
+const TypeWorkerStopping = "SandboxWorkerStopping"
+
+// detachOnWorkerStop returns a context for following a command that ends
+// with ctx, except that when the worker starts shutting down it ends at once
+// with the cause sandbox.ErrDetached: the provider then leaves the process
+// running instead of killing it. release frees its resources.
+func detachOnWorkerStop(ctx context.Context) (runCtx context.Context, release func()) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-activity.GetWorkerStopChannel(ctx):
+			cancel(sandbox.ErrDetached)
+		case <-done:
+		}
+	}()
+	return runCtx, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // withSecrets returns cmd with the secret variables added.

@@ -181,6 +181,14 @@ func (e *UnavailableError) Error() string {
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
+// ErrDetached is the cause (see context.WithCancelCause) with which a caller
+// cancels Execute or Attach to leave the process running: the provider then
+// returns an error wrapping ErrDetached without killing the process or
+// removing its staged files, so that a later Attach can follow it. A worker
+// that is shutting down detaches rather than kills, and the retry on
+// another worker re-attaches.
+var ErrDetached = errors.New("detached from the running process")
+
 // ErrorType returns the type name (a Type* constant) of the first error in
 // err's chain that belongs to the taxonomy, or "" if none does.
 func ErrorType(err error) string {

@@ -7,6 +7,10 @@ import (
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
+// DefaultTaskQueue is the task queue that the sandboxflow worker and
+// starter use unless told otherwise.
+const DefaultTaskQueue = "sandboxflow"
+
 // Registry is where workflows and activities are registered: a
 // worker.Worker or a testsuite environment.
 type Registry interface {

@@ -49,7 +49,7 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
 	fs.StringVar(&o.workflowID, "workflow-id", "", "workflow id (default: a new random one)")
-	fs.StringVar(&o.taskQueue, "task-queue", DefaultTaskQueue, "task queue of the worker")
+	fs.StringVar(&o.taskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
 	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
 	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
 	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")

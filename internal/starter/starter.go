@@ -36,9 +36,6 @@ const (
 	ExitInterrupted = 130
 )
 
-// DefaultTaskQueue is the task queue of the worker when --task-queue is not given.
-const DefaultTaskQueue = "sandboxflow"
-
 // IO is what the starter reads and writes.
 type IO struct {
 	Stdin          io.Reader

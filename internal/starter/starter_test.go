@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 func TestParseArgsBuildsTheRequest(t *testing.T) {
@@ -43,7 +44,7 @@ func TestParseArgsReadsStdinFromDash(t *testing.T) {
 	o, err := parseArgs([]string{"--stdin", "-", "--", "cat"}, strings.NewReader("piped"))
 	require.NoError(t, err)
 	assert.Equal(t, []byte("piped"), o.request.Command.Stdin)
-	assert.Equal(t, DefaultTaskQueue, o.taskQueue)
+	assert.Equal(t, workflows.DefaultTaskQueue, o.taskQueue)
 	assert.True(t, strings.HasPrefix(o.workflowID, "sandboxflow-"))
 }
 
