@@ -1,0 +1,110 @@
+// Package workerapp builds the sandboxflow worker: a Temporal worker with
+// RunCommand and the activities over a CreateOS provider. The worker
+// binary and the dev server both use it.
+package workerapp
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// Config configures a worker.
+type Config struct {
+	// TaskQueue to poll; workflows.DefaultTaskQueue when empty.
+	TaskQueue string
+	// Sandbox configures the CreateOS provider.
+	Sandbox createos.Config
+	// SecretPrefix: a command's secret NAME is read from the worker's
+	// environment variable SecretPrefix+NAME.
+	SecretPrefix string
+	// StopTimeout is how long a stopping worker lets running activities
+	// finish. Execute does not need it: it detaches at once and its retry
+	// re-attaches.
+	StopTimeout time.Duration
+	// HeartbeatInterval of the activities; 0 means the default.
+	HeartbeatInterval time.Duration
+}
+
+// New creates a worker on c with RunCommand and the activities registered.
+func New(c client.Client, cfg Config) (worker.Worker, error) {
+	provider, err := createos.New(cfg.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox provider: %w", err)
+	}
+	if cfg.TaskQueue == "" {
+		cfg.TaskQueue = workflows.DefaultTaskQueue
+	}
+	w := worker.New(c, cfg.TaskQueue, worker.Options{
+		WorkerStopTimeout: cfg.StopTimeout,
+		// Heartbeats carry cancellation to running commands; send them
+		// often enough that a cancel takes seconds, not most of a heartbeat
+		// timeout.
+		MaxHeartbeatThrottleInterval: 2 * time.Second,
+	})
+	workflows.RegisterWorkflows(w)
+	acts := &activities.Activities{
+		Provider:          provider,
+		Secrets:           activities.EnvSecrets{Prefix: cfg.SecretPrefix},
+		HeartbeatInterval: cfg.HeartbeatInterval,
+	}
+	acts.Register(w)
+	return w, nil
+}
+
+// Flags registers the worker's flags on fs, with defaults from the
+// environment, and returns the Config they fill in. The API key is read
+// from SANDBOX_API_KEY (or --sandbox-api-key-file), never from a flag that
+// would show in the process list.
+func Flags(fs *flag.FlagSet, getenv func(string) string) *Config {
+	cfg := &Config{}
+	env := func(name, fallback string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return fallback
+	}
+	fs.StringVar(&cfg.TaskQueue, "task-queue", env("SANDBOXFLOW_TASK_QUEUE", workflows.DefaultTaskQueue), "task queue to poll (SANDBOXFLOW_TASK_QUEUE)")
+	fs.StringVar(&cfg.Sandbox.BaseURL, "sandbox-url", getenv("SANDBOX_API_URL"), "sandbox server origin (SANDBOX_API_URL)")
+	cfg.Sandbox.APIKey = getenv("SANDBOX_API_KEY")
+	fs.Func("sandbox-api-key-file", "read the sandbox API key from this file (default: SANDBOX_API_KEY)", func(path string) error {
+		key, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		cfg.Sandbox.APIKey = trimNewline(string(key))
+		return nil
+	})
+	fs.StringVar(&cfg.Sandbox.Shape, "sandbox-shape", getenv("SANDBOX_SHAPE"), "default sandbox shape (SANDBOX_SHAPE)")
+	fs.StringVar(&cfg.Sandbox.Rootfs, "sandbox-rootfs", getenv("SANDBOX_ROOTFS"), "default root filesystem (SANDBOX_ROOTFS)")
+	fs.StringVar(&cfg.Sandbox.Region, "sandbox-region", getenv("SANDBOX_REGION"), "default region (SANDBOX_REGION)")
+	fs.StringVar(&cfg.Sandbox.Workspace, "sandbox-workspace", getenv("SANDBOX_WORKSPACE"), "workspace directory when the server reports none (SANDBOX_WORKSPACE)")
+	fs.DurationVar(&cfg.Sandbox.PaceInterval, "sandbox-pace", durationEnv(getenv, "SANDBOX_PACE_INTERVAL"),
+		"least time between two requests; 0 = 300ms off loopback, none on it; negative = none (SANDBOX_PACE_INTERVAL)")
+	fs.StringVar(&cfg.SecretPrefix, "secret-prefix", env("SANDBOXFLOW_SECRET_PREFIX", "SANDBOXFLOW_SECRET_"), "environment prefix of command secrets")
+	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 30*time.Second, "how long a stopping worker lets activities finish")
+	return cfg
+}
+
+func durationEnv(getenv func(string) string, name string) time.Duration {
+	d, err := time.ParseDuration(getenv(name))
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+func trimNewline(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,62 @@
+// Command worker runs the sandboxflow worker: RunCommand and its four
+// activities over a CreateOS-compatible sandbox server.
+//
+// It reaches Temporal as configured by the environment (TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS settings, profiles: see
+// go.temporal.io/sdk/contrib/envconfig) and the sandbox server from
+// SANDBOX_API_URL and SANDBOX_API_KEY (or the flags). SIGINT or SIGTERM
+// stop it gracefully: running commands are left running and the next
+// attempt, on another worker, re-attaches to them.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/sandboxflow/sandboxflow/internal/workerapp"
+)
+
+func main() {
+	fs := flag.NewFlagSet("worker", flag.ExitOnError)
+	cfg := workerapp.Flags(fs, os.Getenv)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Parse(os.Args[1:])
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fatal("--log-level: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	options, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		fatal("Temporal client configuration: %v", err)
+	}
+	options.Logger = log.NewStructuredLogger(logger)
+	c, err := client.Dial(options)
+	if err != nil {
+		fatal("cannot reach Temporal: %v", err)
+	}
+	defer c.Close()
+
+	w, err := workerapp.New(c, *cfg)
+	if err != nil {
+		fatal("%v", err)
+	}
+	logger.Info("worker started", "taskQueue", cfg.TaskQueue)
+	if err := w.Run(worker.InterruptCh()); err != nil {
+		fatal("%v", err)
+	}
+}
+
+func fatal(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "worker: "+format+"\n", args...)
+	os.Exit(1)
+}
