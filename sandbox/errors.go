@@ -26,8 +26,8 @@ const (
 	// CreationUnconfirmed: a process-create request was sent but no process
 	// id came back, so a process may exist that nobody controls.
 	CreationUnconfirmed CleanupReason = "creation_unconfirmed"
-	// TerminationUnconfirmed: a process tree was told to die but its end
-	// could not be confirmed.
+	// TerminationUnconfirmed: a process tree (or, without a ProcessID, a
+	// whole sandbox) was told to die but its end could not be confirmed.
 	TerminationUnconfirmed CleanupReason = "termination_unconfirmed"
 )
 
@@ -49,6 +49,9 @@ func (e *CleanupError) Error() string {
 		msg = "process creation could not be confirmed; destroy the lease before reusing it"
 	case TerminationUnconfirmed:
 		msg = "command cleanup failed; process termination is unconfirmed"
+		if e.ProcessID == "" {
+			msg = "cleanup is unconfirmed: the sandbox may still exist; destroy it"
+		}
 	default:
 		msg = "cleanup could not be confirmed"
 	}

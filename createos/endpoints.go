@@ -1,0 +1,264 @@
+package createos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// This file has one method per endpoint of the protocol that the Client
+// uses: each builds the request, names it, and maps the statuses with a
+// meaning of their own (PROTOCOL.md §2) to the sandbox package's errors.
+// Ids are validated by the callers before they reach a path.
+
+func sandboxPath(id string) string { return "/sandboxes/" + url.PathEscape(id) }
+
+func processPath(leaseID, pid string) string {
+	return sandboxPath(leaseID) + "/processes/" + url.PathEscape(pid)
+}
+
+// sandboxData is a sandbox as the server reports it.
+type sandboxData struct {
+	ID        string            `json:"id"`
+	Status    string            `json:"status"`
+	Workspace string            `json:"workspace"` // [ext]
+	Labels    map[string]string `json:"labels"`    // [ext]
+}
+
+type createSandboxBody struct {
+	Shape          string            `json:"shape"`
+	Rootfs         string            `json:"rootfs,omitempty"`
+	Region         string            `json:"region,omitempty"`
+	IngressEnabled bool              `json:"ingress_enabled"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+func (c *Client) createSandbox(ctx context.Context, body createSandboxBody, idempotencyKey string) (sandboxData, error) {
+	rq := request{op: "create sandbox", method: http.MethodPost, path: "/sandboxes", json: body}
+	if idempotencyKey != "" {
+		rq.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	var data sandboxData
+	if err := c.call(ctx, rq, &data); err != nil {
+		return sandboxData{}, err
+	}
+	if !sandbox.ValidID(data.ID) {
+		return sandboxData{}, invalidResponse(rq.op, "the sandbox id is missing or not a valid id")
+	}
+	return data, nil
+}
+
+// getSandbox reads a sandbox's state. 404 is a *sandbox.LeaseGoneError.
+func (c *Client) getSandbox(ctx context.Context, id string) (sandboxData, error) {
+	rq := request{op: "get sandbox", method: http.MethodGet, path: sandboxPath(id)}
+	var data sandboxData
+	if err := c.call(ctx, rq, &data); err != nil {
+		return sandboxData{}, leaseGoneOn404(err, id)
+	}
+	if data.ID != id {
+		return sandboxData{}, invalidResponse(rq.op, "the answer is about another sandbox")
+	}
+	return data, nil
+}
+
+// deleteSandbox destroys a sandbox; one that is already gone is success.
+func (c *Client) deleteSandbox(ctx context.Context, id string) error {
+	err := c.call(ctx, request{op: "destroy sandbox", method: http.MethodDelete, path: sandboxPath(id)}, nil)
+	if statusOf(err) == http.StatusNotFound {
+		return nil
+	}
+	return err
+}
+
+// listSandboxes asks for the sandboxes carrying labels ("k=v" each) [ext].
+func (c *Client) listSandboxes(ctx context.Context, labels []string) ([]sandboxData, error) {
+	rq := request{op: "list sandboxes", method: http.MethodGet, path: "/sandboxes"}
+	if len(labels) > 0 {
+		rq.query = url.Values{"label": labels}
+	}
+	var data struct {
+		Sandboxes *[]sandboxData `json:"sandboxes"`
+	}
+	if err := c.call(ctx, rq, &data); err != nil {
+		return nil, err
+	}
+	if data.Sandboxes == nil {
+		return nil, invalidResponse(rq.op, "the answer has no sandboxes list")
+	}
+	return *data.Sandboxes, nil
+}
+
+// transition asks for an asynchronous pause or resume ("pause", "resume").
+func (c *Client) transition(ctx context.Context, id, verb string) error {
+	err := c.call(ctx, request{op: verb + " sandbox", method: http.MethodPost, path: sandboxPath(id) + "/" + verb}, nil)
+	return leaseGoneOn404(err, id)
+}
+
+// exec runs a one-shot command and returns its exit code. Its output is
+// not kept.
+func (c *Client) exec(ctx context.Context, leaseID, cmd string, args ...string) (int, error) {
+	rq := request{op: "exec", method: http.MethodPost, path: sandboxPath(leaseID) + "/exec",
+		json: map[string]any{"cmd": cmd, "args": args}}
+	var data struct {
+		Result *struct {
+			ExitCode *int `json:"exit_code"`
+		} `json:"result"`
+	}
+	if err := c.call(ctx, rq, &data); err != nil {
+		return 0, leaseGoneOn404(err, leaseID)
+	}
+	if data.Result == nil || data.Result.ExitCode == nil {
+		return 0, invalidResponse(rq.op, "the answer has no result.exit_code")
+	}
+	return *data.Result.ExitCode, nil
+}
+
+// putFile writes a file in the sandbox; the server creates its parents.
+func (c *Client) putFile(ctx context.Context, leaseID, file string, content []byte) error {
+	if content == nil {
+		content = []byte{}
+	}
+	err := c.call(ctx, request{op: "upload file", method: http.MethodPut, path: sandboxPath(leaseID) + "/files",
+		query: url.Values{"path": {file}}, raw: content}, nil)
+	return leaseGoneOn404(err, leaseID)
+}
+
+// removeFiles deletes files with a one-shot `rm -f`: there is no file
+// DELETE.
+func (c *Client) removeFiles(ctx context.Context, leaseID string, files ...string) error {
+	code, err := c.exec(ctx, leaseID, "rm", append([]string{"-f", "--"}, files...)...)
+	if err == nil && code != 0 {
+		err = errors.New("rm exited with status " + strconv.Itoa(code))
+	}
+	return err
+}
+
+// createProcess starts a managed process. When it fails, notCreated
+// reports whether the request was never sent or its answer proves that no
+// process exists (a status below 500); otherwise one may have been
+// created.
+func (c *Client) createProcess(ctx context.Context, leaseID, script, cwd string) (pid string, notCreated bool, err error) {
+	rq := request{op: "create process", method: http.MethodPost, path: sandboxPath(leaseID) + "/processes",
+		json: map[string]any{"cmd": shell, "args": []string{"-lc", script}, "cwd": cwd}}
+	var data struct {
+		ProcessID string `json:"process_id"`
+	}
+	if err := c.call(ctx, rq, &data); err != nil {
+		var notSent *notSentError
+		status := statusOf(err)
+		return "", errors.As(err, &notSent) || (status != 0 && status < 500), leaseGoneOn404(err, leaseID)
+	}
+	if !sandbox.ValidID(data.ProcessID) {
+		return "", false, invalidResponse(rq.op, "the process id is missing or not a valid id")
+	}
+	return data.ProcessID, false, nil
+}
+
+// closeStdin closes a process's standard input; already closed (409) is
+// success.
+func (c *Client) closeStdin(ctx context.Context, leaseID, pid string) error {
+	err := c.call(ctx, request{op: "close stdin", method: http.MethodPost, path: processPath(leaseID, pid) + "/stdin/close"}, nil)
+	if statusOf(err) == http.StatusConflict {
+		return nil
+	}
+	return err
+}
+
+// connect opens a process's output stream, replaying every entry with a
+// seq above after.
+func (c *Client) connect(ctx context.Context, leaseID, pid string, after int64) (*stream, error) {
+	return c.openStream(ctx, request{op: "connect output", method: http.MethodGet, path: processPath(leaseID, pid) + "/connect",
+		query: url.Values{"after": {strconv.FormatInt(after, 10)}}})
+}
+
+// treeExit is the answer of wait: how the process ended and the seq of
+// the newest entry of its output journal, when the server tells it.
+type treeExit struct {
+	status      exitStatus
+	newestSeq   int64
+	knowsNewest bool
+}
+
+// longestWait is the timeout_ms asked of one wait request.
+const longestWait = 30 * time.Second
+
+// waitTree waits up to d for a process's whole tree to exit. exited is
+// false when it had not (408).
+func (c *Client) waitTree(ctx context.Context, leaseID, pid string, d time.Duration) (te treeExit, exited bool, err error) {
+	rq := request{op: "wait for process", method: http.MethodGet, path: processPath(leaseID, pid) + "/wait",
+		query:    url.Values{"scope": {"tree"}, "timeout_ms": {strconv.FormatInt(d.Milliseconds(), 10)}},
+		longPoll: d}
+	var data struct {
+		ExitCode json.RawMessage `json:"exit_code"`
+		Signal   json.RawMessage `json:"signal"`
+		Output   *struct {
+			NewestSeq *int64 `json:"newest_seq"`
+		} `json:"output"`
+	}
+	if err := c.call(ctx, rq, &data); err != nil {
+		if statusOf(err) == http.StatusRequestTimeout {
+			return treeExit{}, false, nil
+		}
+		return treeExit{}, false, err
+	}
+	st, err := parseExitStatus(data.ExitCode, data.Signal)
+	if err != nil {
+		return treeExit{}, false, err
+	}
+	te.status = st
+	if data.Output != nil && data.Output.NewestSeq != nil {
+		te.newestSeq, te.knowsNewest = *data.Output.NewestSeq, true
+	}
+	return te, true, nil
+}
+
+// waitExit waits as long as ctx allows for a process's tree to exit.
+func (c *Client) waitExit(ctx context.Context, leaseID, pid string) (treeExit, error) {
+	for {
+		te, exited, err := c.waitTree(ctx, leaseID, pid, longestWait)
+		if err != nil || exited {
+			return te, err
+		}
+	}
+}
+
+// errTreeAlive: a kill was answered, but not with tree_exited:true.
+var errTreeAlive = errors.New("the server did not confirm that the process tree exited")
+
+// killGrace is how long a killed tree has between SIGTERM and SIGKILL.
+const killGrace = time.Second
+
+// killProcess ends a process's whole tree and succeeds only when the server
+// confirms that every process of it is gone (or the process is unknown).
+func (c *Client) killProcess(ctx context.Context, leaseID, pid string) error {
+	rq := request{op: "kill process", method: http.MethodDelete, path: processPath(leaseID, pid),
+		query: url.Values{"grace_ms": {strconv.FormatInt(killGrace.Milliseconds(), 10)}}, longPoll: killGrace}
+	var data struct {
+		TreeExited bool `json:"tree_exited"`
+	}
+	err := c.call(ctx, rq, &data)
+	switch {
+	case statusOf(err) == http.StatusNotFound:
+		return nil
+	case err != nil:
+		return err
+	case !data.TreeExited:
+		return errTreeAlive
+	}
+	return nil
+}
+
+// leaseGoneOn404 turns a 404 on a sandbox's own URL into a
+// *sandbox.LeaseGoneError.
+func leaseGoneOn404(err error, leaseID string) error {
+	if statusOf(err) == http.StatusNotFound {
+		return &sandbox.LeaseGoneError{LeaseID: leaseID}
+	}
+	return err
+}

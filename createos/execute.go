@@ -1,0 +1,294 @@
+package createos
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// errTimedOut is the cause that ends a run whose command ran out of time.
+var errTimedOut = errors.New("the command ran out of time")
+
+// Execute runs cmd in the lease and follows its output until it exits,
+// its timeout expires or ctx ends (PROTOCOL.md §6):
+//
+//  1. cmd and the lease id are checked before any request is sent.
+//  2. Stdin, if any, is staged as a file in the lease.
+//  3. The process is created; obs.Started learns it at once, with the
+//     Deadline that Attach would use (now + cmd.Timeout: a little before
+//     the timeout expires, as it runs from step 4).
+//  4. The output stream is attached, and only then is the start gate
+//     opened: the command cannot write a byte that nobody reads. Its
+//     timeout runs from there.
+//  5. The output is followed, through reconnects, to the exit frame, and
+//     delivered live to obs.Output.
+//
+// A non-zero exit and a timeout are Results, not errors; a Result keeps
+// the last Config.CaptureBytes of each stream. When the run does not
+// complete, the process tree is killed, with a deadline of its own even
+// when ctx has ended, and the files staged for the run are removed.
+//
+// A caller that cancels ctx with the cause sandbox.ErrDetached leaves the
+// process running for a later Attach: the error then wraps ErrDetached and
+// nothing is killed or removed.
+//
+// Errors, in order of precedence: a *sandbox.CleanupError when a process
+// may exist that nobody controls (its creation was not confirmed, or its
+// end was not) — destroy the lease; a timeout (a Result with TimedOut);
+// an error wrapping ctx's error ("command cancelled"); then the failure
+// itself: *sandbox.ConnectionExhaustedError (the output could not be
+// re-attached; the process was killed, so it may be retried),
+// *sandbox.OutputEvictedError, *sandbox.ProtocolError,
+// *sandbox.LeaseGoneError, *sandbox.APIError, *sandbox.UnavailableError or
+// *sandbox.InvalidInputError.
+func (c *Client) Execute(ctx context.Context, lease sandbox.Lease, cmd sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return sandbox.Result{}, err
+	}
+	r, err := c.newRun(lease, rand.Text(), obs)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	runCtx, expire := context.WithCancelCause(ctx)
+	defer expire(nil)
+	st, err := r.execute(runCtx, cmd, expire)
+	return r.finish(ctx, runCtx, st, err)
+}
+
+// Attach follows a process that an earlier Execute started, from the start
+// of its output, and returns its Result as Execute would have; it never
+// starts the command again and does not call obs.Started. It opens the
+// start gate in case the earlier caller died before it did (harmless
+// otherwise); the timeout runs to proc.Deadline. Failures, reconnects and
+// cleanup are those of Execute.
+//
+// If the server no longer holds the start of the output (the first connect
+// answers 410), Attach waits for the process tree to exit and returns its
+// exit status in a Result with Truncated set and no output. If the deadline
+// has passed already, Attach first asks whether the tree has exited: if it
+// has, the output is read in full; if not, the process is killed and the
+// Result has TimedOut and Truncated set. A process that the server does
+// not know (404) is a *sandbox.LeaseGoneError when its lease is gone, and
+// otherwise a *sandbox.APIError with Status 404: its Result cannot be
+// recovered. A Process without a Token is followed all the same, but no
+// gate is opened and no file removed.
+func (c *Client) Attach(ctx context.Context, lease sandbox.Lease, proc sandbox.Process, obs sandbox.Observer) (sandbox.Result, error) {
+	if err := sandbox.CheckID("process id", proc.ID); err != nil {
+		return sandbox.Result{}, err
+	}
+	if proc.Token != "" {
+		if err := sandbox.CheckID("process token", proc.Token); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	r, err := c.newRun(lease, proc.Token, obs)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	r.f.pid = proc.ID
+	r.staged = proc.Token != "" // the earlier run's gate and stdin may remain
+	runCtx, expire := context.WithCancelCause(ctx)
+	defer expire(nil)
+	st, err := r.attach(runCtx, proc.Deadline, expire)
+	return r.finish(ctx, runCtx, st, err)
+}
+
+// A run is one command's life in a lease: the files staged for it, its
+// process, its output, and what its end must undo.
+type run struct {
+	c         *Client
+	leaseID   string
+	workspace string
+	token     string // names the run's files; may be empty for Attach
+	obs       sandbox.Observer
+	f         *follower // its pid is the process's, once known
+
+	// creationUnconfirmed: a process-create request was sent and no answer
+	// proved that it failed.
+	creationUnconfirmed bool
+	staged              bool        // files of the run may exist in the lease
+	timer               *time.Timer // the command's timeout, once running
+}
+
+func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
+	if err := sandbox.CheckID("lease id", lease.ID); err != nil {
+		return nil, err
+	}
+	workspace := orDefault(lease.Workspace, c.cfg.workspace)
+	if err := checkWorkspace("lease workspace", workspace); err != nil {
+		return nil, err
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &run{
+		c:         c,
+		leaseID:   lease.ID,
+		workspace: path.Clean(workspace),
+		token:     token,
+		obs:       obs,
+		f:         newFollower(c, lease.ID, obs),
+	}, nil
+}
+
+// execute stages, creates and follows the command's process.
+func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.CancelCauseFunc) (exitStatus, error) {
+	spec := scriptSpec{
+		gate: gatePath(r.workspace, r.token),
+		dir:  workingDir(r.workspace, cmd.Cwd),
+		env:  cmd.Env,
+		argv: cmd.Argv,
+	}
+	if len(cmd.Stdin) > 0 {
+		spec.stdin = stdinPath(r.workspace, r.token)
+		r.staged = true
+		if err := r.c.putFile(ctx, r.leaseID, spec.stdin, cmd.Stdin); err != nil {
+			return exitStatus{}, err
+		}
+	}
+
+	r.creationUnconfirmed = true
+	pid, notCreated, err := r.c.createProcess(ctx, r.leaseID, spec.build(), r.workspace)
+	if err != nil {
+		r.creationUnconfirmed = !notCreated
+		return exitStatus{}, err
+	}
+	r.creationUnconfirmed = false
+	r.f.pid = pid
+	var deadline time.Time
+	if cmd.Timeout > 0 {
+		deadline = time.Now().Add(cmd.Timeout)
+	}
+	r.obs.Started(sandbox.Process{ID: pid, Token: r.token, Deadline: deadline})
+
+	// The command reads its stdin from a file or /dev/null; closing the
+	// process's own stdin runs beside the connect and is best effort.
+	stdinClosed := make(chan struct{})
+	go func() {
+		defer close(stdinClosed)
+		_ = r.c.closeStdin(ctx, r.leaseID, pid)
+	}()
+	defer func() { <-stdinClosed }()
+
+	r.f.onAttach = func(ctx context.Context) error {
+		if err := r.openGate(ctx); err != nil {
+			return err
+		}
+		if cmd.Timeout > 0 {
+			r.timer = time.AfterFunc(cmd.Timeout, func() { expire(errTimedOut) })
+		}
+		return nil
+	}
+	return r.f.follow(ctx)
+}
+
+// attach follows an existing process (see Attach).
+func (r *run) attach(ctx context.Context, deadline time.Time, expire context.CancelCauseFunc) (exitStatus, error) {
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			// Out of time already, unless it has exited: then its output is
+			// all in the journal, to be read without a timeout.
+			_, exited, err := r.c.waitTree(ctx, r.leaseID, r.f.pid, time.Millisecond)
+			if err != nil {
+				return exitStatus{}, err
+			}
+			if !exited {
+				r.f.lost = true // its output is not read
+				expire(errTimedOut)
+				return exitStatus{}, errTimedOut
+			}
+		} else {
+			r.timer = time.AfterFunc(left, func() { expire(errTimedOut) })
+		}
+	}
+	if r.token != "" {
+		r.f.onAttach = r.openGate
+	}
+	st, err := r.f.follow(ctx)
+	var evicted *sandbox.OutputEvictedError
+	if errors.As(err, &evicted) && !r.f.attached {
+		// The start of the output is gone: settle for the exit status.
+		te, err := r.c.waitExit(ctx, r.leaseID, r.f.pid)
+		if err != nil {
+			return exitStatus{}, err
+		}
+		r.f.lost = true
+		return te.status, nil
+	}
+	return st, err
+}
+
+// openGate lets the command's script go on: it waits for this file.
+func (r *run) openGate(ctx context.Context) error {
+	r.staged = true
+	return r.c.putFile(ctx, r.leaseID, gatePath(r.workspace, r.token), nil)
+}
+
+// finish classifies how the run ended (PROTOCOL.md §6, step 7) and cleans
+// up (step 8). ctx is the caller's; runCtx ended with errTimedOut when the
+// command ran out of time.
+func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (sandbox.Result, error) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	completed := err == nil
+	var res sandbox.Result
+	switch {
+	case completed:
+		res = r.f.result(st)
+	case r.f.pid == "" && r.creationUnconfirmed:
+		err = &sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: r.leaseID, Err: err}
+	case r.f.pid != "" && errors.Is(context.Cause(ctx), sandbox.ErrDetached):
+		// The caller leaves the process to a later Attach: no kill, and its
+		// gate and stdin files stay for that Attach to use.
+		return sandbox.Result{}, fmt.Errorf("process %s left running: %w", r.f.pid, sandbox.ErrDetached)
+	case context.Cause(runCtx) == errTimedOut:
+		res, err = r.f.result(exitStatus{}), nil
+		res.TimedOut = true
+	case ctx.Err() != nil:
+		err = fmt.Errorf("command cancelled: %w", ctx.Err())
+	}
+	if err = r.cleanup(ctx, completed, err); err != nil {
+		return sandbox.Result{}, err
+	}
+	return res, nil
+}
+
+// cleanup kills the process of a run that did not complete and removes
+// the run's files, each step with a fresh deadline even when ctx has
+// ended. A kill that is not confirmed overrides the result or the first
+// error, which stays reachable through the *sandbox.CleanupError.
+func (r *run) cleanup(ctx context.Context, completed bool, first error) error {
+	if r.f.pid != "" && !completed {
+		kctx, cancel := r.freshContext(ctx)
+		err := r.c.killProcess(kctx, r.leaseID, r.f.pid)
+		cancel()
+		if err != nil {
+			first = &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: r.leaseID, ProcessID: r.f.pid, Err: alsoFailed(first, err)}
+		}
+	}
+	var gone *sandbox.LeaseGoneError
+	if r.staged && r.token != "" && !errors.As(first, &gone) {
+		rctx, cancel := r.freshContext(ctx)
+		_ = r.c.removeFiles(rctx, r.leaseID, gatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
+		cancel()
+	}
+	return first
+}
+
+// freshContext keeps ctx's values but not its end, and gives a cleanup
+// step its own OperationTimeout.
+func (r *run) freshContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.c.cfg.operationTimeout)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Started(sandbox.Process) {}
+func (nopObserver) Output(sandbox.Chunk)    {}

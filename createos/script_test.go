@@ -1,0 +1,120 @@
+package createos
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runScript runs a command's script as the server would, with the real
+// /bin/bash, in a temporary workspace, and opens its gate once it runs.
+func runScript(t *testing.T, workspace string, spec scriptSpec) (stdout string, exitCode int) {
+	t.Helper()
+	if _, err := os.Stat(shell); err != nil {
+		t.Skip("no " + shell)
+	}
+	require.NoError(t, os.MkdirAll(stagingDir(workspace), 0o755))
+	spec.gate = gatePath(workspace, "TOKEN")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, shell, "-lc", spec.build())
+	cmd.Dir = workspace
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	require.NoError(t, os.WriteFile(spec.gate, nil, 0o644)) // the client opens the gate
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if err != nil {
+		require.ErrorAs(t, err, &exit, out.String())
+		exitCode = exit.ExitCode()
+	}
+	_, statErr := os.Stat(spec.gate)
+	assert.True(t, os.IsNotExist(statErr), "the script removes its gate")
+	return out.String(), exitCode
+}
+
+func TestScriptQuotingWithRealBash(t *testing.T) {
+	workspace := filepath.Join(t.TempDir(), "work space")
+	require.NoError(t, os.MkdirAll(filepath.Join(workspace, "sub dir"), 0o755))
+	stdinFile := stdinPath(workspace, "TOKEN")
+	require.NoError(t, os.MkdirAll(filepath.Dir(stdinFile), 0o755))
+	require.NoError(t, os.WriteFile(stdinFile, []byte("from stdin\n"), 0o644))
+	args := []string{
+		`it's`, `a b`, `$HOME`, "`id`", "line1\nline2", `\`, `"q"`, `*`, `-n`, ``,
+		`;exit 9`, `$(exit 9)`, `'`, `''`, "tab\there", `!event`, `~`, `a=b`, "é ✓",
+	}
+	value := "$(echo pwned)'x\"y`z`\nnext"
+	report := `printf '[%s]\n' "$@"; printf 'pwd=%s\n' "$PWD"; printf 'V1=[%s]\n' "$V1"; cat`
+
+	out, code := runScript(t, workspace, scriptSpec{
+		dir:   workingDir(workspace, "sub dir"),
+		env:   map[string]string{"V1": value, "_EMPTY": ""},
+		argv:  append([]string{"/bin/bash", "-c", report, "argv0"}, args...),
+		stdin: stdinFile,
+	})
+
+	var want strings.Builder
+	for _, a := range args {
+		want.WriteString("[" + a + "]\n")
+	}
+	want.WriteString("pwd=" + filepath.Join(workspace, "sub dir") + "\n")
+	want.WriteString("V1=[" + value + "]\n")
+	want.WriteString("from stdin\n")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, want.String(), out)
+}
+
+func TestScriptProgramNames(t *testing.T) {
+	workspace := t.TempDir()
+	for _, name := range []string{"x=y", "-dash", "it's"} {
+		prog := filepath.Join(workspace, name)
+		require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\necho ran \"$@\"; exit 4\n"), 0o755))
+
+		out, code := runScript(t, workspace, scriptSpec{dir: workspace, argv: []string{"./" + name, "arg"}})
+		assert.Equal(t, "ran arg\n", out, name)
+		assert.Equal(t, 4, code, name)
+	}
+	if _, err := os.Stat("/bin/echo"); err == nil { // env(1) would take this for an assignment
+		out, code := runScript(t, workspace, scriptSpec{dir: workspace, env: map[string]string{"A": "1"}, argv: []string{"/bin/echo", "B=2"}})
+		assert.Equal(t, "B=2\n", out)
+		assert.Zero(t, code)
+	}
+}
+
+func TestScriptFailures(t *testing.T) {
+	workspace := t.TempDir()
+
+	out, code := runScript(t, workspace, scriptSpec{dir: filepath.Join(workspace, "missing"), argv: []string{"true"}})
+	assert.Equal(t, 1, code, "a missing cwd fails")
+	assert.Contains(t, out, "missing")
+
+	_, code = runScript(t, workspace, scriptSpec{dir: workspace, argv: []string{"no-such-program-here"}})
+	assert.Equal(t, 127, code)
+
+	out, code = runScript(t, workspace, scriptSpec{dir: workspace, argv: []string{"cat"}})
+	assert.Zero(t, code)
+	assert.Empty(t, out, "without stdin the command reads /dev/null")
+}
+
+func TestShellQuote(t *testing.T) {
+	assert.Equal(t, `''`, shellQuote(""))
+	assert.Equal(t, `'a b'`, shellQuote("a b"))
+	assert.Equal(t, `'it'\''s'`, shellQuote("it's"))
+	assert.Equal(t, `'$x'`, shellQuote("$x"))
+}
+
+func TestWorkingDir(t *testing.T) {
+	assert.Equal(t, "/workspace", workingDir("/workspace", ""))
+	assert.Equal(t, "/workspace/src", workingDir("/workspace", "src"))
+	assert.Equal(t, "/workspace/src", workingDir("/workspace", "./src/"))
+	assert.Equal(t, "/tmp", workingDir("/workspace", "/tmp/"))
+}
