@@ -1,0 +1,137 @@
+// Command sandboxd is the local CreateOS-compatible sandbox server: the
+// HTTP API of PROTOCOL.md over Linux namespaces (see package localsandbox).
+//
+//	SANDBOXD_API_KEY=secret sandboxd                  # 127.0.0.1:7575, key required
+//	sandboxd --insecure-no-auth                       # loopback only, no key
+//	sandboxd --listen 127.0.0.1:9000 --root /var/lib/sandboxd
+//
+// It stops cleanly on SIGINT or SIGTERM, killing every process it started
+// and removing every workspace.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what the command line says.
+type config struct {
+	listen       string
+	apiKey       string
+	noAuth       bool
+	root         string
+	journalBytes int
+	isolation    string
+	uid, gid     int
+	logLevel     slog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:7575", "address to listen on")
+	fs.StringVar(&c.apiKey, "api-key", "", "API key clients must send in X-Api-Key (default $SANDBOXD_API_KEY; prefer the variable: flags show in ps)")
+	fs.BoolVar(&c.noAuth, "insecure-no-auth", false, "accept requests without an API key (only on a loopback address)")
+	fs.StringVar(&c.root, "root", localsandbox.DefaultRoot(), "directory for the workspaces; cleared of a previous run's leftovers on start")
+	fs.IntVar(&c.journalBytes, "journal-bytes", localsandbox.DefaultJournalBytes, "output kept per process, in bytes")
+	fs.StringVar(&c.isolation, "isolation", "auto", "auto, namespaces or process-group")
+	fs.IntVar(&c.uid, "uid", 65534, "host uid a sandbox's root maps to (when run as root)")
+	fs.IntVar(&c.gid, "gid", 65534, "host gid a sandbox's root maps to (when run as root)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if c.apiKey == "" {
+		c.apiKey = os.Getenv("SANDBOXD_API_KEY")
+	}
+	if c.apiKey != "" && c.noAuth {
+		return c, errors.New("--insecure-no-auth and an API key exclude each other")
+	}
+	if c.apiKey == "" && !c.noAuth {
+		return c, errors.New("an API key is required: set SANDBOXD_API_KEY (or --api-key), or pass --insecure-no-auth to serve loopback without one")
+	}
+	if c.uid <= 0 || c.gid <= 0 {
+		return c, errors.New("--uid and --gid must be positive: sandboxes never map to host root")
+	}
+	return c, nil
+}
+
+func run(args []string, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
+	isolation := localsandbox.Isolation(c.isolation)
+	if c.isolation == "auto" {
+		isolation = localsandbox.IsolationAuto
+	}
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	if addr, ok := ln.Addr().(*net.TCPAddr); c.noAuth && (!ok || !addr.IP.IsLoopback()) {
+		ln.Close()
+		return fmt.Errorf("refusing to listen on %s without an API key: --insecure-no-auth is only allowed on a loopback address such as 127.0.0.1", ln.Addr())
+	}
+	srv, err := localsandbox.New(localsandbox.Options{
+		APIKey:         c.apiKey,
+		InsecureNoAuth: c.noAuth,
+		Root:           c.root,
+		Isolation:      isolation,
+		HostUID:        c.uid,
+		HostGID:        c.gid,
+		JournalBytes:   c.journalBytes,
+		Logger:         log,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		log.Info("shutting down")
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if shutdownErr := srv.Shutdown(shutdownCtx); shutdownErr != nil {
+		return errors.Join(err, shutdownErr)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package localsandbox
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// exec answers POST /exec: a one-shot command under the same isolation as
+// a managed process. It answers once the command exited, with
+// data.result{exit_code, stdout, stderr} (the last JournalBytes of each
+// stream; a command killed by a signal reports 128+n and the signal's name),
+// or with ?stream=true as NDJSON. Nothing the command started survives it:
+// its remaining tree is killed when it exits, or when the client goes away.
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	var req processRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	argv, err := req.argv()
+	if err != nil {
+		return err
+	}
+	streamed := req.Stream || r.URL.Query().Get("stream") == "true"
+	p, err := l.start(argv, req.Cwd, true)
+	if err != nil {
+		return startErrorStatus(err)
+	}
+	defer p.terminate(0)
+	if req.Stdin != nil {
+		input := []byte(*req.Stdin)
+		s.workers.Go(func() {
+			p.writeStdin(input, maxWait)
+			p.closeStdin()
+		})
+	} else {
+		p.closeStdin()
+	}
+	c, _ := p.journal.attach(0)
+	defer p.journal.detach(c)
+	if streamed {
+		s.execStream(w, r, p, c)
+		return nil
+	}
+
+	tails := [2]tail{{max: s.opts.JournalBytes}, {max: s.opts.JournalBytes}}
+	entries := make([]entry, 0, 16)
+	for {
+		b := p.journal.take(c, entries, streamBatchBytes)
+		switch {
+		case b.err != nil:
+			return &apiError{http.StatusInternalServerError, "output was lost"}
+		case b.exit != nil:
+			result := map[string]any{
+				"exit_code": exitCode(*b.exit),
+				"stdout":    string(tails[stdoutStream].bytes()),
+				"stderr":    string(tails[stderrStream].bytes()),
+			}
+			if b.exit.Signal != "" {
+				result["signal"] = b.exit.Signal
+			}
+			return writeData(w, map[string]any{"result": result})
+		case len(b.entries) > 0:
+			for _, e := range b.entries {
+				tails[e.stream].write(e.data)
+			}
+			clear(b.entries)
+		default:
+			select {
+			case <-b.wait:
+			case <-r.Context().Done():
+				return nil
+			}
+		}
+	}
+}
+
+// execStream writes the NDJSON of a streamed exec: {"stdout":"…"} and
+// {"stderr":"…"} text (a UTF-8 character split between reads is sent whole),
+// {"hb":true} while idle, then {"exit_code":N} or {"error":"…"}.
+func (s *Server) execStream(w http.ResponseWriter, r *http.Request, p *process, c *cursor) {
+	out := newFrameWriter(w, s.opts.HeartbeatInterval)
+	var pending [2][]byte
+	emit := func(st stream, text []byte) bool {
+		if len(text) == 0 {
+			return true
+		}
+		frame, _ := json.Marshal(map[string]string{st.String(): string(text)})
+		return out.write(append(frame, '\n'))
+	}
+	entries := make([]entry, 0, 16)
+	for {
+		b := p.journal.take(c, entries, streamBatchBytes)
+		switch {
+		case b.err != nil:
+			out.send([]byte(`{"error":"output_offset_expired"}` + "\n"))
+			return
+		case b.exit != nil:
+			for st := range pending {
+				if !emit(stream(st), pending[st]) {
+					return
+				}
+			}
+			frame, _ := json.Marshal(map[string]int{"exit_code": exitCode(*b.exit)})
+			out.send(append(frame, '\n'))
+			return
+		case len(b.entries) > 0:
+			for _, e := range b.entries {
+				data := append(pending[e.stream], e.data...)
+				complete, rest := splitUTF8(data)
+				if !emit(e.stream, complete) {
+					return
+				}
+				pending[e.stream] = slices.Clone(rest)
+			}
+			clear(b.entries)
+		default:
+			if !out.idle(r, b.wait, []byte(`{"hb":true}`+"\n")) {
+				return
+			}
+		}
+	}
+}
+
+// exitCode is the shell's view of an exit status: 128+n for signal n.
+func exitCode(st exitStatus) int {
+	if st.Signal != "" {
+		return 128 + int(unix.SignalNum(st.Signal))
+	}
+	return st.Code
+}
+
+// splitUTF8 splits b before a trailing incomplete UTF-8 sequence, if any.
+func splitUTF8(b []byte) (complete, rest []byte) {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax+1; i-- {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			break // ASCII: everything before is complete
+		}
+		if !utf8.RuneStart(c) {
+			continue // a continuation byte: look further back
+		}
+		need := 0
+		switch {
+		case c&0xE0 == 0xC0:
+			need = 2
+		case c&0xF0 == 0xE0:
+			need = 3
+		case c&0xF8 == 0xF0:
+			need = 4
+		}
+		if need > len(b)-i {
+			return b[:i], b[i:]
+		}
+		break
+	}
+	return b, nil
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	max int
+	buf []byte
+}
+
+func (t *tail) write(p []byte) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+}
+
+func (t *tail) bytes() []byte {
+	if len(t.buf) > t.max {
+		return t.buf[len(t.buf)-t.max:]
+	}
+	return t.buf
+}

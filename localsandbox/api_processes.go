@@ -1,0 +1,392 @@
+package localsandbox
+
+import (
+	"encoding/base64"
+	"errors"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Request limits of the process endpoints.
+const (
+	maxInputBytes     = 256 << 10 // decoded, per input request
+	maxArgs           = 10000
+	inputWriteTimeout = 10 * time.Second
+	defaultGrace      = time.Second
+	maxGrace          = time.Minute
+	defaultWait       = 30 * time.Second
+	maxWait           = 10 * time.Minute
+	// streamBatchBytes is how much output a stream takes from the journal
+	// between flushes.
+	streamBatchBytes = 256 << 10
+	// streamWriteTimeout ends a stream whose client has read nothing for
+	// this long.
+	streamWriteTimeout = 2 * time.Minute
+)
+
+// processRequest is the body of POST /processes (and, with stream and
+// stdin, of POST /exec).
+type processRequest struct {
+	Cmd    string   `json:"cmd"`
+	Args   []string `json:"args"`
+	Cwd    string   `json:"cwd,omitempty"`
+	Stream bool     `json:"stream,omitempty"`
+	Stdin  *string  `json:"stdin,omitempty"`
+}
+
+func (req *processRequest) argv() ([]string, error) {
+	if req.Cmd == "" {
+		return nil, badRequest("cmd is required")
+	}
+	if len(req.Args) > maxArgs {
+		return nil, badRequest("at most %d args", maxArgs)
+	}
+	if strings.ContainsRune(req.Cmd, 0) || strings.ContainsRune(req.Cwd, 0) {
+		return nil, badRequest("cmd and cwd must not contain NUL")
+	}
+	for _, a := range req.Args {
+		if strings.ContainsRune(a, 0) {
+			return nil, badRequest("args must not contain NUL")
+		}
+	}
+	return append([]string{req.Cmd}, req.Args...), nil
+}
+
+// startErrorStatus maps an error from lease.start to its answer.
+func startErrorStatus(err error) error {
+	var se *startError
+	switch {
+	case errors.As(err, &se):
+		return badRequest("%s", se.msg)
+	case errors.Is(err, errLeaseGone):
+		return notFound("sandbox")
+	case errors.Is(err, errLeaseNotRunning):
+		return conflict(err.Error())
+	case errors.Is(err, errTooManyProcesses):
+		return &apiError{http.StatusTooManyRequests, err.Error()}
+	}
+	return err
+}
+
+func (s *Server) createProcess(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	var req processRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Stream || req.Stdin != nil {
+		return badRequest("stream and stdin belong to exec; a process takes input through /input")
+	}
+	argv, err := req.argv()
+	if err != nil {
+		return err
+	}
+	p, err := l.start(argv, req.Cwd, false)
+	if err != nil {
+		return startErrorStatus(err)
+	}
+	s.log.Info("process started", "sandbox", l.id, "process", p.id)
+	return writeData(w, map[string]any{"process_id": p.id})
+}
+
+func (s *Server) lookupProcess(r *http.Request) (*lease, *process, error) {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	pid, err := pathID(r, "pid")
+	if err != nil {
+		return nil, nil, err
+	}
+	p, ok := l.process(pid)
+	if !ok {
+		return nil, nil, notFound("process")
+	}
+	return l, p, nil
+}
+
+func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	if err := p.closeStdin(); err != nil {
+		if errors.Is(err, errStdinClosed) {
+			return conflict("stdin is already closed")
+		}
+		return err
+	}
+	return writeData(w, struct{}{})
+}
+
+func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		DataBase64 *string `json:"data_base64"`
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.DataBase64 == nil {
+		return badRequest("data_base64 is required")
+	}
+	if base64.StdEncoding.DecodedLen(len(*req.DataBase64)) > maxInputBytes+2 {
+		return &apiError{http.StatusRequestEntityTooLarge, "input is limited to 256 KiB a request"}
+	}
+	data, err := base64.StdEncoding.Strict().DecodeString(*req.DataBase64)
+	if err != nil {
+		return badRequest("data_base64 is not valid padded base64")
+	}
+	if len(data) > maxInputBytes {
+		return &apiError{http.StatusRequestEntityTooLarge, "input is limited to 256 KiB a request"}
+	}
+	switch err := p.writeStdin(data, inputWriteTimeout); {
+	case err == nil:
+		return writeData(w, map[string]any{"written": len(data)})
+	case errors.Is(err, errStdinClosed):
+		return conflict("stdin is closed")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{http.StatusRequestTimeout, "the process is not reading its stdin"}
+	case errors.Is(err, syscall.EPIPE):
+		return conflict("nothing reads the process's stdin any more")
+	default:
+		return err
+	}
+}
+
+// allowedSignals are the signals a client may send to a process tree.
+var allowedSignals = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT,
+	"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1,
+	"SIGUSR2": syscall.SIGUSR2, "SIGALRM": syscall.SIGALRM,
+}
+
+// signal answers POST /{pid}/signal: the signal goes to every process of the
+// tree.
+func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Signal string `json:"signal"`
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	sig, ok := allowedSignals[req.Signal]
+	if !ok {
+		return badRequest("signal must be one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM")
+	}
+	select {
+	case <-p.done:
+		return conflict("the process tree has exited")
+	default:
+	}
+	p.signal(sig)
+	return writeData(w, struct{}{})
+}
+
+// deleteProcess answers DELETE /{pid}?grace_ms=N: SIGTERM to the tree,
+// SIGKILL after the grace; tree_exited is true only when the tree is gone,
+// and then the process is forgotten.
+func (s *Server) deleteProcess(w http.ResponseWriter, r *http.Request) error {
+	l, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	grace, err := queryDuration(r, "grace_ms", defaultGrace, maxGrace)
+	if err != nil {
+		return err
+	}
+	gone := p.terminate(grace)
+	if gone {
+		l.forget(p)
+	} else {
+		s.log.Error("a process tree survived SIGKILL", "sandbox", l.id, "process", p.id)
+	}
+	return writeData(w, map[string]any{"tree_exited": gone})
+}
+
+// wait answers GET /{pid}/wait?scope=tree&timeout_ms=N once the whole tree
+// has exited (scope=process: once the main process has), or 408.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	timeout, err := queryDuration(r, "timeout_ms", defaultWait, maxWait)
+	if err != nil {
+		return err
+	}
+	until := p.done
+	switch scope := r.URL.Query().Get("scope"); scope {
+	case "", "tree":
+	case "process":
+		until = p.mainExited
+	default:
+		return badRequest("scope must be tree or process")
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-until:
+	case <-timer.C:
+		return &apiError{http.StatusRequestTimeout, "the process tree has not exited yet"}
+	case <-r.Context().Done():
+		return nil
+	}
+	st, _ := p.exitStatus()
+	data := map[string]any{"output": map[string]int64{"newest_seq": p.journal.newestSeq()}}
+	if st.Signal != "" {
+		data["signal"] = st.Signal
+	} else {
+		data["exit_code"] = st.Code
+	}
+	select {
+	case <-p.done:
+		data["tree_exited"] = true
+	default:
+		data["tree_exited"] = false
+	}
+	return writeData(w, data)
+}
+
+// connect answers GET /{pid}/connect?after=N with the NDJSON event stream:
+// every journal entry after N, then live ones, heartbeats while idle, and
+// finally the exit (or an error) frame.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	after, err := queryInt(r, "after", 0, math.MaxInt64-1)
+	if err != nil {
+		return err
+	}
+	c, err := p.journal.attach(after)
+	if err != nil {
+		return &apiError{http.StatusGone, "output after that seq was evicted from the journal"}
+	}
+	defer p.journal.detach(c)
+	out := newFrameWriter(w, s.opts.HeartbeatInterval)
+	var frame []byte
+	entries := make([]entry, 0, 16)
+	for {
+		b := p.journal.take(c, entries, streamBatchBytes)
+		switch {
+		case b.err != nil:
+			out.send([]byte(`{"type":"error","error":"output_offset_expired"}` + "\n"))
+			return nil
+		case b.exit != nil:
+			frame = frame[:0]
+			if b.exit.Signal != "" {
+				frame = append(frame, `{"type":"exit","signal":"`...)
+				frame = append(frame, b.exit.Signal...)
+				frame = append(frame, "\"}\n"...)
+			} else {
+				frame = append(frame, `{"type":"exit","exit_code":`...)
+				frame = strconv.AppendInt(frame, int64(b.exit.Code), 10)
+				frame = append(frame, "}\n"...)
+			}
+			out.send(frame)
+			return nil
+		case len(b.entries) > 0:
+			for _, e := range b.entries {
+				frame = append(frame[:0], `{"type":"data","seq":`...)
+				frame = strconv.AppendInt(frame, e.seq, 10)
+				frame = append(frame, `,"stream":"`...)
+				frame = append(frame, e.stream.String()...)
+				frame = append(frame, `","data_base64":"`...)
+				frame = base64.StdEncoding.AppendEncode(frame, e.data)
+				frame = append(frame, "\"}\n"...)
+				if !out.write(frame) {
+					return nil
+				}
+			}
+			clear(b.entries) // drop references to the data
+		default:
+			if !out.idle(r, b.wait, []byte(`{"type":"heartbeat"}`+"\n")) {
+				return nil
+			}
+		}
+	}
+}
+
+// frameWriter writes an NDJSON stream: frames, flushes when the stream
+// goes idle, heartbeats while it stays idle.
+type frameWriter struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	heartbeat *time.Timer
+	interval  time.Duration
+	failed    bool
+}
+
+func newFrameWriter(w http.ResponseWriter, heartbeat time.Duration) *frameWriter {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	fw := &frameWriter{w: w, rc: http.NewResponseController(w), heartbeat: time.NewTimer(heartbeat), interval: heartbeat}
+	fw.flush()
+	return fw
+}
+
+// write writes one frame; false once the client is gone.
+func (fw *frameWriter) write(frame []byte) bool {
+	if fw.failed {
+		return false
+	}
+	fw.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	if _, err := fw.w.Write(frame); err != nil {
+		fw.failed = true
+		return false
+	}
+	fw.heartbeat.Reset(fw.interval)
+	return true
+}
+
+// send writes a final frame and flushes it.
+func (fw *frameWriter) send(frame []byte) {
+	if fw.write(frame) {
+		fw.flush()
+	}
+	fw.heartbeat.Stop()
+}
+
+func (fw *frameWriter) flush() {
+	fw.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	if fw.rc.Flush() != nil {
+		fw.failed = true
+	}
+}
+
+// idle flushes, then waits for more (wake), writing heartbeats meanwhile.
+// It returns false once the client is gone.
+func (fw *frameWriter) idle(r *http.Request, wake <-chan struct{}, heartbeat []byte) bool {
+	fw.flush()
+	for !fw.failed {
+		select {
+		case <-wake:
+			return true
+		case <-fw.heartbeat.C:
+			fw.write(heartbeat)
+			fw.flush()
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	return false
+}

@@ -1,0 +1,336 @@
+package localsandbox
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// routes maps the protocol's endpoints (PROTOCOL.md §3–§5).
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	for pattern, h := range map[string]handlerFunc{
+		"GET /v1/shapes":                                      s.getShapes,
+		"POST /v1/sandboxes":                                  s.createSandbox,
+		"GET /v1/sandboxes":                                   s.listSandboxes,
+		"GET /v1/sandboxes/{id}":                              s.getSandbox,
+		"DELETE /v1/sandboxes/{id}":                           s.deleteSandbox,
+		"POST /v1/sandboxes/{id}/pause":                       s.pauseSandbox,
+		"POST /v1/sandboxes/{id}/resume":                      s.resumeSandbox,
+		"PUT /v1/sandboxes/{id}/files":                        s.putFile,
+		"GET /v1/sandboxes/{id}/files":                        s.getFile,
+		"POST /v1/sandboxes/{id}/exec":                        s.exec,
+		"POST /v1/sandboxes/{id}/processes":                   s.createProcess,
+		"DELETE /v1/sandboxes/{id}/processes/{pid}":           s.deleteProcess,
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin/close": s.closeStdin,
+		"POST /v1/sandboxes/{id}/processes/{pid}/input":       s.input,
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal":      s.signal,
+		"GET /v1/sandboxes/{id}/processes/{pid}/connect":      s.connect,
+		"GET /v1/sandboxes/{id}/processes/{pid}/wait":         s.wait,
+	} {
+		mux.Handle(pattern, s.endpoint(h))
+	}
+	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
+		return &apiError{http.StatusNotFound, "no such endpoint"}
+	}))
+	return s.withRecover(s.withAuth(s.withOpen(mux)))
+}
+
+func (s *Server) getShapes(w http.ResponseWriter, r *http.Request) error {
+	return writeData(w, map[string]any{"shapes": shapes})
+}
+
+// sandboxView is a lease as the API shows it.
+type sandboxView struct {
+	ID        string            `json:"id"`
+	Status    string            `json:"status"`
+	Labels    map[string]string `json:"labels"`
+	Workspace string            `json:"workspace,omitempty"`
+	// The rest only in create and GET.
+	Isolation Isolation   `json:"isolation,omitempty"`
+	Shape     string      `json:"shape,omitempty"`
+	CreatedAt time.Time   `json:"created_at,omitzero"`
+	Limits    *limitsView `json:"limits,omitempty"`
+}
+
+// limitsView says which limits apply to a lease's processes, and which of
+// the shape's sizes are not enforced.
+type limitsView struct {
+	MaxProcesses   int     `json:"max_processes"`
+	MaxOpenFiles   int     `json:"max_open_files"`
+	MemoryBytes    int64   `json:"memory_bytes"`
+	MemoryEnforced bool    `json:"memory_enforced"`
+	VCPUs          float64 `json:"vcpus"`
+	CPUEnforced    bool    `json:"cpu_enforced"`
+}
+
+func (s *Server) view(l *lease) sandboxView {
+	return sandboxView{
+		ID:        l.id,
+		Status:    l.status(),
+		Labels:    l.labels,
+		Workspace: l.workspace,
+		Isolation: l.isolation,
+		Shape:     l.shape.Name,
+		CreatedAt: l.created.UTC(),
+		Limits: &limitsView{
+			MaxProcesses: s.opts.MaxProcesses,
+			MaxOpenFiles: s.opts.MaxOpenFiles,
+			MemoryBytes:  l.shape.MemoryBytes,
+			VCPUs:        l.shape.VCPUs,
+		},
+	}
+}
+
+func (s *Server) lookupLease(r *http.Request) (*lease, error) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	l, ok := s.leases[id]
+	s.mu.Unlock()
+	if !ok {
+		return nil, notFound("sandbox")
+	}
+	return l, nil
+}
+
+// createSandboxRequest is the body of POST /sandboxes.
+type createSandboxRequest struct {
+	Shape          string            `json:"shape"`
+	Rootfs         string            `json:"rootfs,omitempty"`
+	Region         string            `json:"region,omitempty"`
+	IngressEnabled bool              `json:"ingress_enabled"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+// Label limits.
+const (
+	maxLabels          = 64
+	maxLabelKeyBytes   = 128
+	maxLabelValueBytes = 1024
+	maxIdempotencyKeys = 10000
+)
+
+func (req *createSandboxRequest) validate() (shape, error) {
+	sh, ok := lookupShape(req.Shape)
+	if !ok {
+		return shape{}, badRequest("unknown shape (GET /v1/shapes lists them)")
+	}
+	if req.IngressEnabled {
+		return shape{}, badRequest("ingress is not supported by the local server")
+	}
+	if len(req.Rootfs) > 200 || len(req.Region) > 200 {
+		return shape{}, badRequest("rootfs and region must be at most 200 bytes")
+	}
+	if len(req.Labels) > maxLabels {
+		return shape{}, badRequest("at most %d labels", maxLabels)
+	}
+	for k, v := range req.Labels {
+		if k == "" || len(k) > maxLabelKeyBytes || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
+			return shape{}, badRequest("label keys must be 1 to %d bytes of UTF-8 without '=' or NUL", maxLabelKeyBytes)
+		}
+		if len(v) > maxLabelValueBytes || strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
+			return shape{}, badRequest("label values must be at most %d bytes of UTF-8 without NUL", maxLabelValueBytes)
+		}
+	}
+	return sh, nil
+}
+
+// idempotentCreate is a create made with an Idempotency-Key: repeats wait
+// for it and answer the same sandbox.
+type idempotentCreate struct {
+	request string // the canonical request, to refuse a key reused for another
+	done    chan struct{}
+	leaseID string // set before done is closed
+	err     error  // set before done is closed
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req createSandboxRequest
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		return err
+	}
+	sh, err := req.validate()
+	if err != nil {
+		return err
+	}
+	labels := req.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		l, err := s.createLease(sh, labels)
+		if err != nil {
+			return err
+		}
+		return writeData(w, s.view(l))
+	}
+	if len(key) > 200 || strings.IndexFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) >= 0 {
+		return badRequest("Idempotency-Key must be 1 to 200 printable ASCII characters")
+	}
+	canonical, _ := json.Marshal(req)
+	s.mu.Lock()
+	if prior, ok := s.idempotency[key]; ok {
+		s.mu.Unlock()
+		if prior.request != string(canonical) {
+			return &apiError{http.StatusUnprocessableEntity, "Idempotency-Key was used for a different request"}
+		}
+		select {
+		case <-prior.done:
+		case <-r.Context().Done():
+			return nil // the client is gone
+		}
+		if prior.err != nil {
+			return prior.err
+		}
+		s.mu.Lock()
+		l, ok := s.leases[prior.leaseID]
+		s.mu.Unlock()
+		if !ok {
+			return writeData(w, sandboxView{ID: prior.leaseID, Status: stateDestroyed, Labels: labels})
+		}
+		return writeData(w, s.view(l))
+	}
+	create := &idempotentCreate{request: string(canonical), done: make(chan struct{})}
+	s.idempotency[key] = create
+	s.idemOrder = append(s.idemOrder, key)
+	if len(s.idemOrder) > maxIdempotencyKeys {
+		delete(s.idempotency, s.idemOrder[0])
+		s.idemOrder = s.idemOrder[1:]
+	}
+	s.mu.Unlock()
+
+	l, err := s.createLease(sh, labels)
+	if err != nil {
+		// A failed create may be tried again with the same key.
+		s.mu.Lock()
+		if s.idempotency[key] == create {
+			delete(s.idempotency, key)
+		}
+		s.mu.Unlock()
+		create.err = err
+		close(create.done)
+		return err
+	}
+	create.leaseID = l.id
+	close(create.done)
+	return writeData(w, s.view(l))
+}
+
+// createLease makes a new lease and registers it.
+func (s *Server) createLease(sh shape, labels map[string]string) (*lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
+	}
+	if len(s.leases) >= s.opts.MaxLeases {
+		return nil, &apiError{http.StatusTooManyRequests, "too many sandboxes"}
+	}
+	l, err := s.newLease(newID("sb-"), sh, labels)
+	if err != nil {
+		return nil, err
+	}
+	s.leases[l.id] = l
+	s.log.Info("sandbox created", "sandbox", l.id, "shape", sh.Name)
+	return l, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	return writeData(w, s.view(l))
+}
+
+// listSandboxes answers GET /sandboxes?label=k=v&label=…: the live
+// sandboxes carrying every given label.
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	want := map[string]string{}
+	for _, kv := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return badRequest("label filters must look like key=value")
+		}
+		if prev, dup := want[k]; dup && prev != v {
+			return writeData(w, map[string]any{"sandboxes": []sandboxView{}})
+		}
+		want[k] = v
+	}
+	s.mu.Lock()
+	var matched []*lease
+	for _, l := range s.leases {
+		ok := true
+		for k, v := range want {
+			if got, has := l.labels[k]; !has || got != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			matched = append(matched, l)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(matched, func(i, j int) bool { return matched[i].created.Before(matched[j].created) })
+	out := make([]sandboxView, 0, len(matched))
+	for _, l := range matched {
+		out = append(out, sandboxView{ID: l.id, Status: l.status(), Labels: l.labels, Workspace: l.workspace})
+	}
+	return writeData(w, map[string]any{"sandboxes": out})
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	if err := l.destroy(); err != nil {
+		l.setErrorAfterFailedDestroy()
+		return err
+	}
+	s.mu.Lock()
+	if s.leases[l.id] == l {
+		delete(s.leases, l.id)
+	}
+	s.mu.Unlock()
+	s.log.Info("sandbox destroyed", "sandbox", l.id)
+	return writeData(w, map[string]any{"id": l.id, "status": stateDestroyed})
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	state, ok := l.transition([]string{stateRunning}, statePausing)
+	if !ok && state != statePaused {
+		return conflict("the sandbox is " + state)
+	}
+	if ok {
+		s.workers.Go(l.pause)
+	}
+	return writeData(w, map[string]any{"id": l.id, "status": state})
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	state, ok := l.transition([]string{statePaused, stateError}, stateResuming)
+	if !ok && state != stateRunning {
+		return conflict("the sandbox is " + state)
+	}
+	if ok {
+		s.workers.Go(l.resume)
+	}
+	return writeData(w, map[string]any{"id": l.id, "status": state})
+}

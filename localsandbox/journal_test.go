@@ -1,0 +1,264 @@
+package localsandbox
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestJournalEvictsOldestBeyondItsCap(t *testing.T) {
+	j := newJournal(100, time.Hour)
+	for i := range 10 {
+		j.append(stream(i%2), bytes.Repeat([]byte{'a'}, 30))
+	}
+	// 10 entries of 30 bytes, 100 bytes kept: seqs 8, 9 and 10.
+	if j.evicted != 7 || len(j.entries) != 3 || j.bytes != 90 || j.newestSeq() != 10 {
+		t.Fatalf("evicted %d, %d entries, %d bytes, newest %d", j.evicted, len(j.entries), j.bytes, j.newestSeq())
+	}
+	if _, err := j.attach(6); !errors.Is(err, errExpired) {
+		t.Errorf("attach after 6: %v, want expired", err)
+	}
+	c, err := j.attach(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := j.take(c, nil, 1<<20)
+	if len(b.entries) != 3 || b.entries[0].seq != 8 || b.entries[0].stream != stderrStream {
+		t.Errorf("took %+v", b.entries)
+	}
+	if b := j.take(c, nil, 1<<20); b.wait == nil {
+		t.Errorf("a caught-up reader should wait, got %+v", b)
+	}
+	j.setExit(exitStatus{Code: 3})
+	j.append(stdoutStream, []byte("after the exit"))
+	if b := j.take(c, nil, 1<<20); b.exit == nil || b.exit.Code != 3 {
+		t.Errorf("after the exit: %+v; want the exit before later output", b)
+	}
+}
+
+func TestJournalWaitsForAReaderThatKeepsUp(t *testing.T) {
+	j := newJournal(100, time.Hour)
+	c, _ := j.attach(0)
+	j.append(stdoutStream, make([]byte, 60))
+	appended := make(chan struct{})
+	go func() {
+		j.append(stdoutStream, make([]byte, 60)) // needs seq 1 evicted, which c has not taken
+		close(appended)
+	}()
+	select {
+	case <-appended:
+		t.Fatal("append evicted an entry an attached reader still needed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if b := j.take(c, nil, 60); len(b.entries) != 1 {
+		t.Fatalf("take: %+v", b)
+	}
+	<-appended
+	if b := j.take(c, nil, 1<<20); len(b.entries) != 1 || b.entries[0].seq != 2 {
+		t.Errorf("take after the append: %+v", b)
+	}
+}
+
+func TestJournalExpiresAStalledReader(t *testing.T) {
+	j := newJournal(100, 20*time.Millisecond)
+	c, _ := j.attach(0)
+	for range 5 {
+		j.append(stdoutStream, make([]byte, 60)) // returns once c is expired
+	}
+	if b := j.take(c, nil, 1<<20); !errors.Is(b.err, errExpired) {
+		t.Errorf("stalled reader: %+v, want expired", b)
+	}
+
+	// A reader that left holds nothing up, however long the stall timeout.
+	j = newJournal(100, time.Hour)
+	c, _ = j.attach(0)
+	j.detach(c)
+	appended := make(chan struct{})
+	go func() {
+		for range 5 {
+			j.append(stdoutStream, make([]byte, 60))
+		}
+		close(appended)
+	}()
+	select {
+	case <-appended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("appends wait for a reader that detached")
+	}
+}
+
+func TestConnectAfterEvictionIs410(t *testing.T) {
+	ts := startServer(t, Options{JournalBytes: maxChunk})
+	lease := ts.createLease()
+	pid := ts.startProcess(lease, `head -c 1000000 /dev/zero`)
+	ts.waitTree(lease, pid, 10*time.Second)
+	resp := ts.request("GET", "/sandboxes/"+lease+"/processes/"+pid+"/connect?after=0", nil, nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGone {
+		t.Fatalf("connect after=0: %d, want 410", resp.StatusCode)
+	}
+	w, _ := ts.waitTree(lease, pid, time.Second)
+	out := ts.connect(lease, pid, w.Output.NewestSeq-1).drain(w.Output.NewestSeq - 1)
+	if out.last.Type != "exit" || out.stdout.Len() == 0 {
+		t.Errorf("the tail of the journal: %d bytes then %+v", out.stdout.Len(), out.last)
+	}
+}
+
+func TestLiveReaderThatFallsBehindGetsAnErrorFrame(t *testing.T) {
+	ts := startServer(t, Options{JournalBytes: maxChunk, StallTimeout: 50 * time.Millisecond})
+	lease := ts.createLease()
+	// Far more than the socket buffers between server and client hold.
+	pid := ts.startProcess(lease, gated(`head -c 100000000 /dev/zero`))
+	st := ts.connect(lease, pid, 0)
+	ts.openGate(lease)
+	if ev, _ := st.next(false); ev.Type != "data" || ev.Seq != 1 {
+		t.Fatalf("first frame %+v", ev)
+	}
+	// Stop reading until the process is done: the journal moves on.
+	if _, status := ts.waitTree(lease, pid, 60*time.Second); status != http.StatusOK {
+		t.Fatalf("wait: %d", status)
+	}
+	for {
+		ev, ok := st.next(false)
+		if !ok {
+			t.Fatal("the stream ended without an error frame")
+		}
+		if ev.Type == "data" {
+			continue
+		}
+		if ev.Type != "error" || ev.Error != "output_offset_expired" {
+			t.Fatalf("frame %+v, want output_offset_expired", ev)
+		}
+		break
+	}
+	if _, more := st.next(true); more {
+		t.Error("frames after the error frame")
+	}
+}
+
+// TestLargeOutputKeepsServerMemoryBounded pushes 200 MiB through one
+// process, once with a reader that keeps up (it must get every byte) and
+// once with one that stalls (it gets output_offset_expired), and checks that
+// the heap (server and test client share it) never grows by more than a few
+// MiB.
+func TestLargeOutputKeepsServerMemoryBounded(t *testing.T) {
+	const total = 200 << 20
+	ts := startServer(t, Options{StallTimeout: 100 * time.Millisecond})
+	lease := ts.createLease()
+	for _, slow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
+			runtime.GC()
+			var base runtime.MemStats
+			runtime.ReadMemStats(&base)
+			var peak atomic.Uint64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				var m runtime.MemStats
+				for {
+					runtime.ReadMemStats(&m)
+					if m.HeapAlloc > peak.Load() {
+						peak.Store(m.HeapAlloc)
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}()
+
+			pid := ts.startProcess(lease, gated(`head -c `+strconv.Itoa(total)+` /dev/zero`))
+			resp := ts.request("GET", "/sandboxes/"+lease+"/processes/"+pid+"/connect?after=0", nil, nil)
+			defer resp.Body.Close()
+			ts.openGate(lease)
+			body := bufio.NewReaderSize(resp.Body, 256<<10)
+			var cursor int64
+			if slow {
+				if _, err := body.ReadSlice('\n'); err != nil {
+					t.Fatal(err)
+				}
+				cursor = 1
+				if _, status := ts.waitTree(lease, pid, 2*time.Minute); status != http.StatusOK {
+					t.Fatalf("wait: %d", status)
+				}
+			}
+			n, last := countOutput(t, body, cursor)
+			close(stop)
+			<-sampled
+			if slow {
+				if last != `{"type":"error","error":"output_offset_expired"}` {
+					t.Errorf("stalled reader ended with %s", last)
+				}
+			} else if n != total || last != `{"type":"exit","exit_code":0}` {
+				t.Errorf("got %d bytes then %s, want %d bytes then exit 0", n, last, total)
+			}
+			growth := int64(peak.Load()) - int64(base.HeapAlloc)
+			t.Logf("heap: base %.1f MiB, peak growth %.1f MiB", float64(base.HeapAlloc)/(1<<20), float64(growth)/(1<<20))
+			if growth > 16<<20 {
+				t.Errorf("the heap grew by %.1f MiB while 200 MiB went through a 1 MiB journal", float64(growth)/(1<<20))
+			}
+		})
+	}
+}
+
+// countOutput reads an NDJSON connect stream without decoding the data (a
+// fast reader), checking the sequence, and returns the number of data bytes
+// and the last frame.
+func countOutput(t *testing.T, r io.Reader, cursor int64) (int, string) {
+	t.Helper()
+	var (
+		total  int
+		line   []byte
+		buf    = make([]byte, 256<<10)
+		seqKey = []byte(`"seq":`)
+		b64Key = []byte(`"data_base64":"`)
+		last   string
+		carry  []byte
+	)
+	for {
+		n, err := r.Read(buf)
+		data := buf[:n]
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				carry = append(carry, data...)
+				break
+			}
+			line, carry = append(carry, data[:i]...), carry[:0]
+			data = data[i+1:]
+			if s := bytes.Index(line, seqKey); s >= 0 && bytes.Contains(line, []byte(`"type":"data"`)) {
+				rest := line[s+len(seqKey):]
+				seq, _ := strconv.ParseInt(string(rest[:bytes.IndexByte(rest, ',')]), 10, 64)
+				if seq != cursor+1 {
+					t.Fatalf("seq %d after %d", seq, cursor)
+				}
+				cursor = seq
+				b := line[bytes.Index(line, b64Key)+len(b64Key) : len(line)-2]
+				total += len(b) / 4 * 3
+				if len(b) > 0 && b[len(b)-1] == '=' {
+					total--
+					if b[len(b)-2] == '=' {
+						total--
+					}
+				}
+				continue
+			}
+			if !bytes.Contains(line, []byte("heartbeat")) {
+				last = string(line)
+			}
+		}
+		if err != nil {
+			return total, last
+		}
+	}
+}

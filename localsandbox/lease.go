@@ -1,0 +1,329 @@
+package localsandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Where a lease's directories appear to its processes in namespace mode.
+const (
+	sandboxWorkspace = "/workspace"
+	sandboxTmp       = "/tmp"
+)
+
+// Lease states, as the protocol names them.
+const (
+	stateRunning   = "running"
+	statePausing   = "pausing"
+	statePaused    = "paused"
+	stateResuming  = "resuming"
+	stateError     = "error"
+	stateDestroyed = "destroyed"
+)
+
+// sandboxPath is the search path of commands.
+const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// lease is one sandbox: a workspace and a tmp directory on the host, and the
+// managed processes running against them.
+type lease struct {
+	server    *Server
+	id        string
+	shape     shape
+	labels    map[string]string
+	created   time.Time
+	isolation Isolation
+
+	dir           string // <root>/leases/<id> on the host
+	workspaceHost string
+	tmpHost       string
+	workspace     string // the workspace as the lease's processes see it
+	tmp           string // the tmp dir as the lease's processes see it
+
+	// spawning counts process starts in flight; they began while the lease
+	// was running, and a pause or destroy waits for them.
+	spawning sync.WaitGroup
+
+	mu     sync.Mutex
+	state  string
+	procs  map[string]*process
+	exited []*process // exited processes still answered for, oldest first
+}
+
+// newLease creates the lease's directories.
+func (s *Server) newLease(id string, sh shape, labels map[string]string) (*lease, error) {
+	l := &lease{
+		server:    s,
+		id:        id,
+		shape:     sh,
+		labels:    labels,
+		created:   time.Now(),
+		isolation: s.isolation,
+		dir:       filepath.Join(s.opts.Root, leasesDir, id),
+		state:     stateRunning,
+		procs:     make(map[string]*process),
+	}
+	l.workspaceHost = filepath.Join(l.dir, "workspace")
+	l.tmpHost = filepath.Join(l.dir, "tmp")
+	if l.isolation == IsolationNamespaces {
+		l.workspace, l.tmp = sandboxWorkspace, sandboxTmp
+	} else {
+		l.workspace, l.tmp = l.workspaceHost, l.tmpHost
+	}
+	// The lease directory is only traversable; the workspace and tmp belong
+	// to the lease's uid and nobody else.
+	if err := os.Mkdir(l.dir, 0o711); err != nil {
+		return nil, err
+	}
+	for _, dir := range []string{l.workspaceHost, l.tmpHost} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			os.RemoveAll(l.dir)
+			return nil, err
+		}
+		if err := s.chownToLease(dir); err != nil {
+			os.RemoveAll(l.dir)
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// env is the environment commands start with. Nothing of the server's own
+// environment (which may hold its API key) reaches them.
+func (l *lease) env() []string {
+	env := []string{"PATH=" + sandboxPath, "HOME=" + l.workspace, "LANG=C.UTF-8", "TMPDIR=" + l.tmp}
+	if l.isolation != IsolationNamespaces {
+		env = append(env, rootMarkerEnv+"="+l.server.opts.Root)
+	}
+	return env
+}
+
+// resolveCwd returns the working directory for cwd as the lease's processes
+// see the file system: relative paths start at the workspace.
+func (l *lease) resolveCwd(cwd string) string {
+	if cwd == "" {
+		return l.workspace
+	}
+	if path.IsAbs(cwd) {
+		return path.Clean(cwd)
+	}
+	return path.Join(l.workspace, cwd)
+}
+
+func (l *lease) status() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// errLeaseNotRunning means the lease cannot start a process now.
+var errLeaseNotRunning = errors.New("the sandbox is not running")
+
+// errLeaseGone means the lease was destroyed meanwhile.
+var errLeaseGone = errors.New("the sandbox is gone")
+
+// errTooManyProcesses means the lease runs its maximum of processes.
+var errTooManyProcesses = errors.New("too many running processes in this sandbox")
+
+// beginSpawn reserves the right to start a process. endSpawn must follow.
+func (l *lease) beginSpawn() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case stateRunning:
+	case stateDestroyed:
+		return errLeaseGone
+	default:
+		return errLeaseNotRunning
+	}
+	live := 0
+	for _, p := range l.procs {
+		select {
+		case <-p.done:
+		default:
+			live++
+		}
+	}
+	if live >= l.server.opts.MaxLiveProcesses {
+		return errTooManyProcesses
+	}
+	l.spawning.Add(1)
+	return nil
+}
+
+// endSpawn registers p (nil when the start failed).
+func (l *lease) endSpawn(p *process) {
+	if p != nil {
+		l.mu.Lock()
+		l.procs[p.id] = p
+		select {
+		case <-p.done: // it finished before it was registered
+			l.retireLocked(p)
+		default:
+		}
+		l.mu.Unlock()
+	}
+	l.spawning.Done()
+}
+
+// start runs argv in the lease.
+func (l *lease) start(argv []string, cwd string, oneShot bool) (*process, error) {
+	if err := l.beginSpawn(); err != nil {
+		return nil, err
+	}
+	p, err := l.server.spawn(l, argv, cwd, oneShot)
+	l.endSpawn(p)
+	return p, err
+}
+
+// process returns the process with the given id.
+func (l *lease) process(id string) (*process, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.procs[id]
+	if !ok || p.oneShot {
+		return nil, false
+	}
+	return p, true
+}
+
+// forget drops a process from the lease.
+func (l *lease) forget(p *process) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.procs, p.id)
+}
+
+// processDone is called once a process's tree is gone.
+func (l *lease) processDone(p *process) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.retireLocked(p)
+}
+
+// retireLocked files a registered process whose tree is gone, once: a
+// one-shot exec is forgotten, others are kept for KeepExited more exits.
+func (l *lease) retireLocked(p *process) {
+	if _, ok := l.procs[p.id]; !ok || p.retired {
+		return
+	}
+	p.retired = true
+	if p.oneShot {
+		delete(l.procs, p.id)
+		return
+	}
+	l.exited = append(l.exited, p)
+	for len(l.exited) > l.server.opts.KeepExited {
+		delete(l.procs, l.exited[0].id)
+		l.exited[0] = nil
+		l.exited = l.exited[1:]
+	}
+}
+
+// liveProcesses returns the processes whose trees still run.
+func (l *lease) liveProcesses() []*process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*process
+	for _, p := range l.procs {
+		select {
+		case <-p.done:
+		default:
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// transition moves the lease from one of the states in from to via, or
+// reports the state it is in.
+func (l *lease) transition(from []string, via string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range from {
+		if l.state == f {
+			l.state = via
+			return via, true
+		}
+	}
+	return l.state, false
+}
+
+// setState moves the lease to state unless it was destroyed meanwhile.
+func (l *lease) setState(state string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateDestroyed {
+		l.state = state
+	}
+}
+
+// pause freezes every process of the lease; it runs after the lease moved
+// to pausing.
+func (l *lease) pause() {
+	l.spawning.Wait()
+	err := freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+	if err != nil {
+		l.server.log.Warn("pausing a sandbox failed", "sandbox", l.id, "err", err)
+		l.setState(stateError)
+		return
+	}
+	l.setState(statePaused)
+}
+
+// resume thaws every process of the lease; it runs after the lease moved
+// to resuming.
+func (l *lease) resume() {
+	if err := signalTrees(treeRoots(l.liveProcesses()), sigCont); err != nil {
+		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)
+		l.setState(stateError)
+		return
+	}
+	l.setState(stateRunning)
+}
+
+// destroy kills every process of the lease and removes its directories.
+// It reports an error when a tree could not be confirmed gone.
+func (l *lease) destroy() error {
+	l.mu.Lock()
+	l.state = stateDestroyed
+	l.mu.Unlock()
+	l.spawning.Wait()
+
+	procs := l.liveProcesses()
+	var wg sync.WaitGroup
+	failed := make(chan string, len(procs))
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !p.terminate(0) {
+				failed <- p.id
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	if id, ok := <-failed; ok {
+		return fmt.Errorf("process %s of sandbox %s did not exit after SIGKILL", id, l.id)
+	}
+	if err := os.RemoveAll(l.dir); err != nil {
+		return fmt.Errorf("removing the workspace of sandbox %s: %w", l.id, err)
+	}
+	return nil
+}
+
+// setErrorAfterFailedDestroy leaves a lease whose destroy could not be
+// confirmed in the error state; another DELETE tries again.
+func (l *lease) setErrorAfterFailedDestroy() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.state = stateError
+}

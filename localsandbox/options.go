@@ -1,0 +1,197 @@
+package localsandbox
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Isolation is how a server separates leases from the host and from each
+// other.
+type Isolation string
+
+const (
+	// IsolationAuto uses namespaces when the kernel allows them (checked at
+	// New by starting a probe) and process groups otherwise, with a warning.
+	IsolationAuto Isolation = ""
+	// IsolationNamespaces requires namespaces; New fails without them.
+	IsolationNamespaces Isolation = "namespaces"
+	// IsolationProcessGroup runs commands on the host, each tree under a
+	// subreaper in its own process group. It isolates nothing: use it only
+	// where namespaces are unavailable.
+	IsolationProcessGroup Isolation = "process-group"
+)
+
+// Options configure a Server. The zero value is usable except for the
+// authentication choice: set APIKey or InsecureNoAuth.
+type Options struct {
+	// APIKey is the key every request must carry in X-Api-Key.
+	APIKey string
+	// InsecureNoAuth accepts requests without a key. Serve then refuses any
+	// listener that is not on a loopback address.
+	InsecureNoAuth bool
+
+	// Root is the directory that holds the leases' workspaces. A server
+	// owns it: on start it kills what a crashed predecessor on the same root
+	// left running and removes its leases. Default: $TMPDIR/sandboxd-<uid>.
+	Root string
+
+	// Isolation chooses namespaces or process groups; default IsolationAuto.
+	Isolation Isolation
+	// HostUID and HostGID are the host ids that a sandbox's root maps to
+	// when the server runs as root (and the ids commands run as in
+	// process-group mode). Zero means 65534 (nobody); host root cannot be
+	// chosen. A server that is not root always uses its own ids.
+	HostUID, HostGID int
+	// ReadOnlyPaths are the host directories a sandbox sees, read-only, at
+	// the same place (symlinks such as a merged-/usr /bin are recreated as
+	// symlinks; missing ones are skipped). Default: /usr /bin /sbin /lib
+	// /lib32 /lib64 /libx32 /etc.
+	ReadOnlyPaths []string
+
+	// MaxProcesses is RLIMIT_NPROC for every command (counted per user
+	// namespace, so per managed process tree, in namespace mode; per host
+	// uid in process-group mode). Default 512.
+	MaxProcesses int
+	// MaxOpenFiles is RLIMIT_NOFILE for every command. Default 4096.
+	MaxOpenFiles int
+
+	// JournalBytes is how much output the server keeps per process.
+	// Default 1 MiB.
+	JournalBytes int
+	// HeartbeatInterval is how often an idle output stream carries a
+	// heartbeat frame. Default 5s.
+	HeartbeatInterval time.Duration
+	// StallTimeout is how long an attached output reader may make no
+	// progress before the journal evicts output it has not read (the reader
+	// then gets output_offset_expired). Until then the process waits for
+	// it. Default 10s.
+	StallTimeout time.Duration
+	// MaxFileBytes caps a file upload. Default 64 MiB.
+	MaxFileBytes int64
+	// MaxLeases caps the number of live leases. Default 256.
+	MaxLeases int
+	// MaxLiveProcesses caps the number of running managed processes of one
+	// lease. Default 64.
+	MaxLiveProcesses int
+	// KeepExited is how many exited processes a lease keeps answering for
+	// (connect, wait), beyond which the oldest are forgotten. Default 16.
+	KeepExited int
+	// HistorySize is how many process records History keeps. Default 10000.
+	HistorySize int
+
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultJournalBytes      = 1 << 20
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultStallTimeout      = 10 * time.Second
+	DefaultMaxFileBytes      = 64 << 20
+	DefaultMaxProcesses      = 512
+	DefaultMaxOpenFiles      = 4096
+	DefaultMaxLeases         = 256
+	DefaultMaxLiveProcesses  = 64
+	DefaultKeepExited        = 16
+	DefaultHistorySize       = 10000
+	nobody                   = 65534
+)
+
+// DefaultRoot is the workspace directory a server uses when Options.Root is
+// empty: sandboxd-<uid> in the system's temporary directory.
+func DefaultRoot() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sandboxd-%d", os.Getuid()))
+}
+
+// DefaultReadOnlyPaths are the host directories a sandbox sees by default.
+func DefaultReadOnlyPaths() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+}
+
+// withDefaults returns o with every zero field set to its default, or an
+// error for a setting that cannot work.
+func (o Options) withDefaults() (Options, error) {
+	if o.APIKey == "" && !o.InsecureNoAuth {
+		return o, fmt.Errorf("localsandbox: an API key is required (or set InsecureNoAuth)")
+	}
+	switch o.Isolation {
+	case IsolationAuto, IsolationNamespaces, IsolationProcessGroup:
+	default:
+		return o, fmt.Errorf("localsandbox: unknown isolation %q", o.Isolation)
+	}
+	if o.Root == "" {
+		o.Root = DefaultRoot()
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return o, fmt.Errorf("localsandbox: root: %w", err)
+	}
+	o.Root = root
+	if o.HostUID < 0 || o.HostGID < 0 {
+		return o, fmt.Errorf("localsandbox: host ids must not be negative")
+	}
+	if o.HostUID == 0 {
+		o.HostUID = nobody
+	}
+	if o.HostGID == 0 {
+		o.HostGID = nobody
+	}
+	if o.ReadOnlyPaths == nil {
+		o.ReadOnlyPaths = DefaultReadOnlyPaths()
+	}
+	for _, p := range o.ReadOnlyPaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return o, fmt.Errorf("localsandbox: read-only path %q must be a clean absolute path below /", p)
+		}
+		switch p {
+		case sandboxWorkspace, sandboxTmp, "/proc", "/dev":
+			return o, fmt.Errorf("localsandbox: read-only path %q is reserved", p)
+		}
+	}
+	positive := func(v *int, def int, name string) error {
+		if *v < 0 {
+			return fmt.Errorf("localsandbox: %s must not be negative", name)
+		}
+		if *v == 0 {
+			*v = def
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		v    *int
+		def  int
+		name string
+	}{
+		{&o.MaxProcesses, DefaultMaxProcesses, "MaxProcesses"},
+		{&o.MaxOpenFiles, DefaultMaxOpenFiles, "MaxOpenFiles"},
+		{&o.JournalBytes, DefaultJournalBytes, "JournalBytes"},
+		{&o.MaxLeases, DefaultMaxLeases, "MaxLeases"},
+		{&o.MaxLiveProcesses, DefaultMaxLiveProcesses, "MaxLiveProcesses"},
+		{&o.KeepExited, DefaultKeepExited, "KeepExited"},
+		{&o.HistorySize, DefaultHistorySize, "HistorySize"},
+	} {
+		if err := positive(f.v, f.def, f.name); err != nil {
+			return o, err
+		}
+	}
+	if o.JournalBytes < maxChunk {
+		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", maxChunk)
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}

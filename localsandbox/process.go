@@ -1,0 +1,487 @@
+package localsandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// process is a managed process: a command under its init, the init's
+// namespaces (or subreaper) holding the command's whole tree.
+type process struct {
+	id      string
+	lease   *lease
+	oneShot bool // a one-shot exec, not listed under /processes
+	cmd     *exec.Cmd
+	journal *journal
+	record  *ProcessRecord // owned by the server's history; guarded by history.mu
+
+	stdinMu sync.Mutex
+	stdin   *os.File // nil once closed
+
+	startCh    chan initMessage // the init's first message
+	mainExited chan struct{}    // closed once the exit status is known
+	done       chan struct{}    // closed once the tree is gone and the journal complete
+
+	mu   sync.Mutex
+	exit *exitStatus
+
+	retired bool // filed by lease.retireLocked; guarded by lease.mu
+}
+
+// startError is a command that could not start for a reason its caller
+// can fix (a missing program or working directory).
+type startError struct{ msg string }
+
+func (e *startError) Error() string { return e.msg }
+
+// killConfirmTimeout bounds how long a tree may take to disappear after
+// SIGKILL before the server says it cannot confirm it.
+const killConfirmTimeout = 10 * time.Second
+
+// startTimeout bounds how long a new init may take to report.
+const startTimeout = 30 * time.Second
+
+// spawn starts argv in the lease, under a new init. It returns once the
+// command runs, or a *startError when it could not be started because of
+// its argv or cwd.
+func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*process, error) {
+	cfg := initConfig{
+		Namespaces:    l.isolation == IsolationNamespaces,
+		Hostname:      l.id,
+		Argv:          argv,
+		Cwd:           l.resolveCwd(cwd),
+		Env:           l.env(),
+		ReadOnlyPaths: s.opts.ReadOnlyPaths,
+		WorkspacePath: l.workspaceHost,
+		TmpPath:       l.tmpHost,
+		MaxProcs:      uint64(s.opts.MaxProcesses),
+		MaxOpenFiles:  uint64(s.opts.MaxOpenFiles),
+	}
+
+	files, err := newInitFiles()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe",
+		Args: []string{initArg0, s.opts.Root},
+		// Nothing of the server's environment. A race-detector build of the
+		// server would otherwise pause every init for a second at exit.
+		Env:        []string{"GORACE=atexit_sleep_ms=0"},
+		Stdin:      files.stdinR,
+		Stdout:     files.stdoutW,
+		Stderr:     files.stderrW,
+		ExtraFiles: []*os.File{files.configR, files.statusW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if cfg.Namespaces {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostUID, Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostGID, Size: 1}}
+		// Become root of the namespace, that is HostUID outside: creating a
+		// user namespace alone leaves the child with the server's own ids.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+		if s.mountFDs {
+			// Detached copies of the lease directories, made here where the
+			// server can reach them; the init attaches them in its namespace.
+			for _, dir := range []string{l.workspaceHost, l.tmpHost} {
+				fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+				if err != nil {
+					files.closeAll()
+					return nil, fmt.Errorf("cloning %s: %w", dir, err)
+				}
+				mount := os.NewFile(uintptr(fd), "mount")
+				files.mounts = append(files.mounts, mount)
+				cmd.ExtraFiles = append(cmd.ExtraFiles, mount)
+			}
+			cfg.MountFDs = true
+		}
+	} else if os.Geteuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.hostUID), Gid: uint32(s.hostGID), Groups: []uint32{}}
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		files.closeAll()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		files.closeAll()
+		return nil, fmt.Errorf("starting the init: %w", err)
+	}
+	files.closeChildEnds() // ours would keep the pipes open
+	go func() {
+		files.configW.Write(cfgJSON)
+		files.configW.Close()
+	}()
+
+	id := newID("proc-")
+	p := &process{
+		id:         id,
+		lease:      l,
+		oneShot:    oneShot,
+		cmd:        cmd,
+		journal:    newJournal(s.opts.JournalBytes, s.opts.StallTimeout),
+		record:     s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: id, Argv: argv, Exec: oneShot, Start: time.Now()}),
+		stdin:      files.stdinW,
+		startCh:    make(chan initMessage, 1),
+		mainExited: make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	pumpDone := make(chan struct{})
+	s.workers.Add(2)
+	go func() {
+		defer s.workers.Done()
+		defer close(pumpDone)
+		p.pump(files.stdoutR, files.stderrR, files.statusR)
+	}()
+	go func() {
+		defer s.workers.Done()
+		cmd.Wait()
+		<-pumpDone
+		p.finish(s)
+	}()
+
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case msg := <-p.startCh:
+		if msg.Started {
+			s.started.Add(1)
+			return p, nil
+		}
+		<-p.done
+		s.history.remove(p.record)
+		if msg.FailureKind == failCwd || msg.FailureKind == failCommand {
+			return nil, &startError{msg.Failure}
+		}
+		return nil, fmt.Errorf("setting up the sandbox: %s", msg.Failure)
+	case <-p.done:
+		s.history.remove(p.record)
+		return nil, errors.New("the init ended before it started the command")
+	case <-timer.C:
+		p.kill()
+		<-p.done
+		s.history.remove(p.record)
+		return nil, errors.New("the init did not start the command in time")
+	}
+}
+
+// initFiles are the pipes between the server and a new init. The init gets
+// the child ends (closed here once it has them); the server writes stdin
+// and the configuration, and the pump reads the init's stdout, stderr and
+// status through raw non-blocking descriptors.
+type initFiles struct {
+	stdinR, configR, stdoutW, stderrW, statusW *os.File   // the init's ends
+	mounts                                     []*os.File // detached mounts for the init
+	stdinW, configW                            *os.File
+	stdoutR, stderrR, statusR                  int
+}
+
+func newInitFiles() (*initFiles, error) {
+	f := &initFiles{stdoutR: -1, stderrR: -1, statusR: -1}
+	var err error
+	if f.stdinR, f.stdinW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if f.configR, f.configW, err = os.Pipe(); err != nil {
+		f.closeAll()
+		return nil, err
+	}
+	for _, p := range []struct {
+		child **os.File
+		ours  *int
+	}{{&f.stdoutW, &f.stdoutR}, {&f.stderrW, &f.stderrR}, {&f.statusW, &f.statusR}} {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			f.closeAll()
+			return nil, err
+		}
+		unix.SetNonblock(fds[0], true)
+		*p.ours, *p.child = fds[0], os.NewFile(uintptr(fds[1]), "pipe")
+	}
+	return f, nil
+}
+
+// closeChildEnds closes the server's copies of the init's ends: once the
+// init has them, ours would only keep the pipes open.
+func (f *initFiles) closeChildEnds() {
+	for _, c := range append([]*os.File{f.stdinR, f.configR, f.stdoutW, f.stderrW, f.statusW}, f.mounts...) {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// closeAll closes everything, when no init was started.
+func (f *initFiles) closeAll() {
+	f.closeChildEnds()
+	for _, c := range []*os.File{f.stdinW, f.configW} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for _, fd := range []int{f.stdoutR, f.stderrR, f.statusR} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// pump moves output from the pipes into the journal and reads the init's
+// messages, until every pipe is closed. When the main process's exit status
+// arrives, whatever it wrote is already in the pipes: pump drains them first,
+// so the exit follows all of that output in the journal.
+func (p *process) pump(stdoutR, stderrR, statusR int) {
+	fds := []unix.PollFd{
+		{Fd: int32(stdoutR), Events: unix.POLLIN},
+		{Fd: int32(stderrR), Events: unix.POLLIN},
+		{Fd: int32(statusR), Events: unix.POLLIN},
+	}
+	buf := make([]byte, maxChunk)
+	var status []byte
+	open := len(fds)
+	// read reads once from output pipe i; false when it reached end of file.
+	read := func(i int) (n int, more bool) {
+		n, err := unix.Read(int(fds[i].Fd), buf)
+		if n > 0 {
+			p.output(stream(i), buf[:n])
+			return n, true
+		}
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return 0, true
+		}
+		unix.Close(int(fds[i].Fd))
+		fds[i].Fd = -1
+		open--
+		return 0, false
+	}
+	drain := func(i int) {
+		limit, err := unix.FcntlInt(uintptr(fds[i].Fd), unix.F_GETPIPE_SZ, 0)
+		if err != nil {
+			limit = maxChunk
+		}
+		for total := 0; fds[i].Fd >= 0 && total < limit; {
+			n, more := read(i)
+			if n == 0 || !more {
+				return
+			}
+			total += n
+		}
+	}
+	for open > 0 {
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			break
+		}
+		for i := range 2 {
+			if fds[i].Fd >= 0 && fds[i].Revents != 0 {
+				read(i)
+			}
+		}
+		if fds[2].Fd < 0 || fds[2].Revents == 0 {
+			continue
+		}
+		n, err := unix.Read(int(fds[2].Fd), buf)
+		if n <= 0 {
+			if err != unix.EAGAIN && err != unix.EINTR {
+				unix.Close(int(fds[2].Fd))
+				fds[2].Fd = -1
+				open--
+			}
+			continue
+		}
+		status = append(status, buf[:n]...)
+		for {
+			line, rest, ok := bytes.Cut(status, []byte{'\n'})
+			if !ok {
+				break
+			}
+			status = rest
+			var msg initMessage
+			if json.Unmarshal(line, &msg) != nil {
+				continue
+			}
+			if msg.Exited {
+				for i := range 2 {
+					if fds[i].Fd >= 0 {
+						drain(i)
+					}
+				}
+				p.setExit(exitStatus{Code: msg.ExitCode, Signal: msg.Signal})
+			} else {
+				select {
+				case p.startCh <- msg:
+				default:
+				}
+			}
+		}
+	}
+	for _, fd := range fds {
+		if fd.Fd >= 0 {
+			unix.Close(int(fd.Fd))
+		}
+	}
+}
+
+// headBytes is how much of a process's stdout its history record keeps.
+const headBytes = 4 << 10
+
+// output appends a copy of data to the journal.
+func (p *process) output(s stream, data []byte) {
+	chunk := bytes.Clone(data)
+	if s == stdoutStream {
+		p.lease.server.history.appendStdout(p.record, chunk)
+	}
+	p.journal.append(s, chunk)
+}
+
+// setExit records the main process's exit status, once.
+func (p *process) setExit(st exitStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit != nil {
+		return
+	}
+	p.exit = &st
+	p.journal.setExit(st)
+	close(p.mainExited)
+}
+
+// exitStatus returns the main process's exit status, if it is known.
+func (p *process) exitStatus() (exitStatus, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit == nil {
+		return exitStatus{}, false
+	}
+	return *p.exit, true
+}
+
+// finish runs once the init was reaped and its pipes are closed: nothing of
+// the tree is left.
+func (p *process) finish(s *Server) {
+	st := exitStatus{Signal: "SIGKILL"}
+	if ps := p.cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			// The init was killed, and with it the command.
+			st = exitStatus{Signal: unix.SignalName(ws.Signal())}
+		}
+	}
+	p.setExit(st)
+	p.closeStdin()
+	final, _ := p.exitStatus()
+	s.history.finish(p.record, final)
+	close(p.done)
+	p.lease.processDone(p)
+}
+
+// signal delivers sig to every process of the tree: the init forwards it,
+// except SIGKILL, which kills the tree.
+func (p *process) signal(sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		p.kill()
+		return
+	}
+	p.cmd.Process.Signal(sig)
+}
+
+// kill kills the whole tree. In a namespace, killing its pid 1 is enough:
+// the kernel kills every other process of it. A subreaper has no such
+// power, so in process-group mode the tree is frozen and killed first.
+func (p *process) kill() {
+	p.journal.release()
+	if p.lease.isolation != IsolationNamespaces {
+		roots := []int{p.cmd.Process.Pid}
+		freezeTrees(roots, time.Second)
+		signalTrees(roots, syscall.SIGKILL)
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
+}
+
+// terminate ends the tree: SIGTERM, then SIGKILL after grace. It reports
+// whether the tree is gone.
+func (p *process) terminate(grace time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	p.journal.release()
+	if grace > 0 {
+		p.signal(syscall.SIGTERM)
+		timer := time.NewTimer(grace)
+		select {
+		case <-p.done:
+			timer.Stop()
+			return true
+		case <-timer.C:
+		}
+	}
+	p.kill()
+	timer := time.NewTimer(killConfirmTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// errStdinClosed means stdin was closed already.
+var errStdinClosed = errors.New("stdin is closed")
+
+// closeStdin closes the write end of the command's stdin.
+func (p *process) closeStdin() error {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin == nil {
+		return errStdinClosed
+	}
+	err := p.stdin.Close()
+	p.stdin = nil
+	return err
+}
+
+// writeStdin writes data to the command's stdin, giving up after timeout if
+// nobody reads it.
+func (p *process) writeStdin(data []byte, timeout time.Duration) error {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin == nil {
+		return errStdinClosed
+	}
+	p.stdin.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := p.stdin.Write(data)
+	return err
+}
+
+// treeRoots returns the init pid of each live process, the roots of their
+// trees in the host's process table.
+func treeRoots(procs []*process) []int {
+	var roots []int
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		default:
+			roots = append(roots, p.cmd.Process.Pid)
+		}
+	}
+	return roots
+}

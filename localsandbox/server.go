@@ -1,0 +1,398 @@
+package localsandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Server is a local CreateOS-compatible sandbox server. Create one with
+// New, serve it with Serve (or mount Handler), and stop it with Shutdown,
+// which kills every process it started and removes every workspace.
+type Server struct {
+	opts      Options
+	log       *slog.Logger
+	isolation Isolation
+	hostUID   int
+	hostGID   int
+	mountFDs  bool // hand the inits detached mounts of the lease directories
+	lock      *os.File
+	handler   http.Handler
+	history   *history
+
+	started atomic.Int64
+	// workers counts the goroutines that watch processes.
+	workers sync.WaitGroup
+	// done is closed when Shutdown begins: new requests get 503.
+	done chan struct{}
+
+	mu          sync.Mutex
+	leases      map[string]*lease
+	idempotency map[string]*idempotentCreate
+	idemOrder   []string
+	servers     map[*http.Server]struct{}
+	shutdown    bool
+}
+
+// Files and directories under Options.Root.
+const (
+	leasesDir  = "leases"
+	rootMarker = ".sandboxd" // marks a directory as a sandboxd root
+	lockFile   = ".lock"
+)
+
+// New prepares a server: it takes the root directory (refusing one that
+// another live server holds or that is not a sandboxd root), sweeps what a
+// crashed predecessor left there, and decides the isolation mode.
+func New(opts Options) (*Server, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:        opts,
+		log:         opts.Logger,
+		history:     &history{max: opts.HistorySize},
+		done:        make(chan struct{}),
+		leases:      make(map[string]*lease),
+		idempotency: make(map[string]*idempotentCreate),
+		servers:     make(map[*http.Server]struct{}),
+	}
+	if os.Geteuid() == 0 {
+		s.hostUID, s.hostGID, s.mountFDs = opts.HostUID, opts.HostGID, true
+	} else {
+		s.hostUID, s.hostGID = os.Geteuid(), os.Getegid()
+	}
+	if err := s.takeRoot(); err != nil {
+		return nil, err
+	}
+	if err := s.sweep(); err != nil {
+		s.lock.Close()
+		return nil, err
+	}
+	if err := s.chooseIsolation(); err != nil {
+		s.lock.Close()
+		return nil, err
+	}
+	s.log.Warn("sandbox memory and CPU limits are not enforced: shapes are reported, not applied (no cgroup v2 memory controller is used)")
+	s.handler = s.routes()
+	return s, nil
+}
+
+// takeRoot creates or checks the root directory and locks it.
+func (s *Server) takeRoot() error {
+	root := s.opts.Root
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return fmt.Errorf("localsandbox: root: %w", err)
+	}
+	marker := filepath.Join(root, rootMarker)
+	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return fmt.Errorf("localsandbox: root: %w", err)
+		}
+		if len(entries) > 0 {
+			return fmt.Errorf("localsandbox: root %s is not empty and not a sandboxd root; refusing to manage it", root)
+		}
+		if err := os.WriteFile(marker, []byte("sandboxd root: workspaces of local sandboxes, removed on restart\n"), 0o644); err != nil {
+			return fmt.Errorf("localsandbox: root: %w", err)
+		}
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		return fmt.Errorf("localsandbox: root: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(root, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("localsandbox: root: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("localsandbox: root %s is in use by another server", root)
+	}
+	s.lock = f
+	return nil
+}
+
+// sweep kills every process a previous server on this root left running
+// and removes its leases.
+func (s *Server) sweep() error {
+	for attempt := 0; ; attempt++ {
+		pids, err := SandboxProcesses(s.opts.Root)
+		if err != nil {
+			return fmt.Errorf("localsandbox: sweep: %w", err)
+		}
+		if len(pids) == 0 {
+			break
+		}
+		if attempt == 0 {
+			s.log.Warn("killing processes left behind by a previous server", "root", s.opts.Root, "count", len(pids))
+		}
+		if attempt == 100 {
+			return fmt.Errorf("localsandbox: sweep: %d leftover processes do not die", len(pids))
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dir := filepath.Join(s.opts.Root, leasesDir)
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("localsandbox: sweep: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return fmt.Errorf("localsandbox: %w", err)
+	}
+	return nil
+}
+
+// chooseIsolation settles the isolation mode, probing namespaces unless
+// process groups are forced.
+func (s *Server) chooseIsolation() error {
+	// The probes are not part of the server's record.
+	defer func() {
+		s.history = &history{max: s.opts.HistorySize}
+		s.started.Store(0)
+	}()
+	if s.opts.Isolation != IsolationProcessGroup {
+		s.isolation = IsolationNamespaces
+		err := s.probe()
+		if err == nil {
+			s.log.Info("sandboxes run in their own namespaces", "isolation", s.isolation, "host_uid", s.hostUID, "host_gid", s.hostGID)
+			return nil
+		}
+		if s.opts.Isolation == IsolationNamespaces {
+			return fmt.Errorf("localsandbox: namespaces are not available: %w", err)
+		}
+		s.log.Warn("namespaces are not available; falling back to process groups", "err", err)
+	}
+	s.isolation = IsolationProcessGroup
+	s.log.Warn("PROCESS-GROUP ISOLATION: sandboxed commands run on the host, see each other and the host, and have network access; use only where namespaces are unavailable",
+		"isolation", s.isolation, "uid", s.hostUID)
+	if err := s.checkReachable(); err != nil {
+		return err
+	}
+	if err := s.probe(); err != nil {
+		return fmt.Errorf("localsandbox: process-group isolation does not work either: %w", err)
+	}
+	return nil
+}
+
+// checkReachable checks, in process-group mode, that the commands (which
+// run as HostUID when the server is root) can reach the root by path.
+func (s *Server) checkReachable() error {
+	if os.Geteuid() == 0 {
+		// Commands run as HostUID and must reach their workspace by path.
+		for dir := s.opts.Root; ; dir = filepath.Dir(dir) {
+			fi, err := os.Stat(dir)
+			if err != nil {
+				return fmt.Errorf("localsandbox: root: %w", err)
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				return fmt.Errorf("localsandbox: process-group isolation runs commands as uid %d, which cannot reach %s (%s is not searchable by others)", s.hostUID, s.opts.Root, dir)
+			}
+			if dir == "/" {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// probe runs a trivial command in the chosen isolation.
+func (s *Server) probe() error {
+	sh, _ := lookupShape("")
+	l, err := s.newLease(newID("probe-"), sh, nil)
+	if err != nil {
+		return err
+	}
+	defer l.destroy()
+	p, err := l.start([]string{"true"}, "", true)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+	case <-time.After(startTimeout):
+		return errors.New("the probe did not finish")
+	}
+	if st, _ := p.exitStatus(); st != (exitStatus{}) {
+		return fmt.Errorf("the probe ended with %+v", st)
+	}
+	return nil
+}
+
+// Isolation returns the isolation mode in effect.
+func (s *Server) Isolation() Isolation { return s.isolation }
+
+// Root returns the server's root directory (Options.Root, made absolute).
+func (s *Server) Root() string { return s.opts.Root }
+
+// Handler returns the server's HTTP handler (paths start with /v1). Serve
+// uses it; embed it elsewhere only behind a loopback or authenticated
+// listener.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers requests on l until Shutdown. It refuses a listener off
+// loopback when the server has no API key.
+func (s *Server) Serve(l net.Listener) error {
+	if s.opts.InsecureNoAuth && !isLoopback(l.Addr()) {
+		return fmt.Errorf("localsandbox: refusing to serve %s without an API key: only loopback addresses may go without one", l.Addr())
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.servers[srv] = struct{}{}
+	s.mu.Unlock()
+	s.log.Info("serving", "addr", l.Addr().String(), "root", s.opts.Root, "isolation", s.isolation)
+	return srv.Serve(l)
+}
+
+func isLoopback(addr net.Addr) bool {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}
+
+// Shutdown stops the server: it stops accepting requests, ends the open
+// streams, kills every process it started, removes every workspace and
+// releases the root. Serve returns http.ErrServerClosed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return nil
+	}
+	s.shutdown = true
+	close(s.done)
+	servers := make([]*http.Server, 0, len(s.servers))
+	for srv := range s.servers {
+		servers = append(servers, srv)
+	}
+	leases := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+
+	errs := make(chan error, len(servers)+len(leases)+1)
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				srv.Close()
+				errs <- err
+			}
+		})
+	}
+	for _, l := range leases {
+		wg.Go(func() {
+			if err := l.destroy(); err != nil {
+				errs <- err
+			}
+			s.mu.Lock()
+			delete(s.leases, l.id)
+			s.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	workersDone := make(chan struct{})
+	go func() {
+		s.workers.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-workersDone:
+	case <-ctx.Done():
+		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
+	}
+	s.lock.Close()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// Stats is a snapshot of what a server is running.
+type Stats struct {
+	// Leases is the number of live leases.
+	Leases int
+	// Processes is the number of OS processes that belong to live managed
+	// processes and execs, counted from the host's process table: every
+	// init and every process of its tree.
+	Processes int
+	// ProcessesStarted is how many commands the server has started.
+	ProcessesStarted int64
+}
+
+// Stats reports what the server is running.
+func (s *Server) Stats() (Stats, error) {
+	s.mu.Lock()
+	leases := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+	var roots []int
+	for _, l := range leases {
+		roots = append(roots, treeRoots(l.liveProcesses())...)
+	}
+	t, err := readProcTable()
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Leases: len(leases), Processes: t.count(roots), ProcessesStarted: s.started.Load()}, nil
+}
+
+// History returns a record of every process the server ran, oldest first,
+// including those of destroyed leases (the newest Options.HistorySize).
+// Tests count from it how many times a command really ran.
+func (s *Server) History() []ProcessRecord { return s.history.snapshot() }
+
+// chownToLease gives path to the uid and gid the lease's processes run as.
+func (s *Server) chownToLease(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Lchown(path, s.hostUID, s.hostGID)
+}
+
+// newID returns prefix followed by 16 random hex digits.
+func newID(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// sigCont resumes a frozen process.
+const sigCont = syscall.SIGCONT

@@ -1,0 +1,43 @@
+package localsandbox
+
+// shape is a machine size of the hosted service. The local server accepts
+// every hosted shape so that the same configuration works against both, and
+// reports its sizes, but it enforces neither the CPU nor the memory of a
+// shape (see the README).
+type shape struct {
+	Name        string  `json:"name"`
+	VCPUs       float64 `json:"vcpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+}
+
+const mib = 1 << 20
+
+// shapes are the hosted service's shapes, in its order.
+var shapes = []shape{
+	{"s-1vcpu-256mb", 1, 256 * mib},
+	{"s-0.25vcpu-512mb", 0.25, 512 * mib},
+	{"s-0.5vcpu-1gb", 0.5, 1024 * mib},
+	{"s-1vcpu-1gb", 1, 1024 * mib},
+	{"s-1vcpu-2gb", 1, 2048 * mib},
+	{"s-2vcpu-2gb", 2, 2048 * mib},
+	{"s-2vcpu-4gb", 2, 4096 * mib},
+	{"s-4vcpu-4gb", 4, 4096 * mib},
+	{"s-4vcpu-8gb", 4, 8192 * mib},
+	{"s-8vcpu-8gb", 8, 8192 * mib},
+	{"s-8vcpu-16gb", 8, 16384 * mib},
+}
+
+// defaultShape is the shape of a sandbox created without one.
+const defaultShape = "s-1vcpu-1gb"
+
+func lookupShape(name string) (shape, bool) {
+	if name == "" {
+		name = defaultShape
+	}
+	for _, s := range shapes {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return shape{}, false
+}
