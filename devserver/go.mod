@@ -8,6 +8,7 @@ replace github.com/sandboxflow/sandboxflow => ../
 
 require (
 	github.com/labstack/echo/v4 v4.15.4
+	github.com/sandboxflow/sandboxflow v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.11.1
 	github.com/temporalio/ui-server/v2 v2.54.1
 	go.temporal.io/api v1.63.5
@@ -195,7 +196,7 @@ require (
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -1,0 +1,192 @@
+// Package stack boots the whole sandboxflow development stack in one
+// process: an embedded Temporal server with its Web UI, the local sandbox
+// server, and a worker. `devserver dev`, `devserver run`, the end-to-end
+// tests and the reliability matrix all start it the same way.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/internal/workerapp"
+	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// DefaultSandboxPort is where the in-process sandbox server listens unless
+// told otherwise: sandboxd's default port.
+const DefaultSandboxPort = 7575
+
+// Options configure a Stack.
+type Options struct {
+	// Temporal configures the embedded Temporal server. Its search
+	// attributes always include RunCommand's.
+	Temporal temporalserver.Options
+
+	// SandboxURL and SandboxAPIKey point the worker at another sandbox
+	// server; empty SandboxURL runs the local sandbox server in-process.
+	SandboxURL    string
+	SandboxAPIKey string
+	// SandboxPort is the in-process sandbox server's port on 127.0.0.1
+	// (it only ever listens on loopback); 0 picks a free one.
+	SandboxPort int
+	// Sandbox configures the in-process sandbox server. Its API key is
+	// always a fresh random one.
+	Sandbox localsandbox.Options
+
+	// NoWorker starts no worker (run your own).
+	NoWorker bool
+	// Worker configures the in-process worker. Its sandbox URL and key are
+	// the stack's.
+	Worker workerapp.Config
+
+	// Logger receives the logs of every part. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stack is the running development stack.
+type Stack struct {
+	Temporal *temporalserver.Server
+	// Sandbox is the in-process sandbox server; nil when SandboxURL was set.
+	Sandbox *localsandbox.Server
+	// SandboxURL and SandboxAPIKey reach the sandbox server in use.
+	SandboxURL    string
+	SandboxAPIKey string
+	// Client is connected to the embedded Temporal server.
+	Client client.Client
+	// Worker is the in-process worker; nil with NoWorker.
+	Worker worker.Worker
+
+	logger *slog.Logger
+}
+
+// Start boots the stack. On error, whatever had started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Stack{logger: logger}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	tOpts := opts.Temporal
+	if tOpts.Logger == nil {
+		tOpts.Logger = logger
+	}
+	tOpts.SearchAttributes = withRunCommandSearchAttributes(tOpts.SearchAttributes)
+	if s.Temporal, err = temporalserver.Start(ctx, tOpts); err != nil {
+		return nil, err
+	}
+
+	if opts.SandboxURL != "" {
+		s.SandboxURL, s.SandboxAPIKey = opts.SandboxURL, opts.SandboxAPIKey
+	} else if err := s.startSandbox(opts); err != nil {
+		return nil, err
+	}
+
+	if s.Client, err = client.DialContext(ctx, client.Options{
+		HostPort:  s.Temporal.FrontendHostPort(),
+		Namespace: s.Temporal.Namespace(),
+		Logger:    sdklog.NewStructuredLogger(logger),
+	}); err != nil {
+		return nil, fmt.Errorf("connect to the embedded Temporal server: %w", err)
+	}
+
+	if !opts.NoWorker {
+		wcfg := opts.Worker
+		wcfg.Sandbox.BaseURL, wcfg.Sandbox.APIKey = s.SandboxURL, s.SandboxAPIKey
+		if s.Worker, err = workerapp.New(s.Client, wcfg); err != nil {
+			return nil, err
+		}
+		if err := s.Worker.Start(); err != nil {
+			return nil, fmt.Errorf("start the worker: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// startSandbox runs the local sandbox server in-process with a random key.
+func (s *Stack) startSandbox(opts Options) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.SandboxPort))
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("sandbox server: port %d is in use (%s)", opts.SandboxPort, addr)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox server: %w", err)
+	}
+	sOpts := opts.Sandbox
+	sOpts.APIKey = rand.Text()
+	sOpts.InsecureNoAuth = false
+	if sOpts.Logger == nil {
+		sOpts.Logger = s.logger
+	}
+	srv, err := localsandbox.New(sOpts)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("sandbox server: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("sandbox server stopped", "error", err)
+		}
+	}()
+	s.Sandbox = srv
+	s.SandboxURL = (&url.URL{Scheme: "http", Host: ln.Addr().String()}).String()
+	s.SandboxAPIKey = sOpts.APIKey
+	return nil
+}
+
+// Provider returns a client of the stack's sandbox server.
+func (s *Stack) Provider(cfg createos.Config) (*createos.Client, error) {
+	cfg.BaseURL, cfg.APIKey = s.SandboxURL, s.SandboxAPIKey
+	return createos.New(cfg)
+}
+
+// Stop stops every part, the worker first and the Temporal server last.
+func (s *Stack) Stop() error {
+	var errs []error
+	if s.Worker != nil {
+		s.Worker.Stop()
+	}
+	if s.Client != nil {
+		s.Client.Close()
+	}
+	if s.Sandbox != nil {
+		errs = append(errs, s.Sandbox.Shutdown(context.Background()))
+	}
+	if s.Temporal != nil {
+		errs = append(errs, s.Temporal.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+func withRunCommandSearchAttributes(in map[string]enumspb.IndexedValueType) map[string]enumspb.IndexedValueType {
+	out := map[string]enumspb.IndexedValueType{
+		workflows.SearchAttributeLeaseID: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		workflows.SearchAttributePhase:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	}
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
