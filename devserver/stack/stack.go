@@ -49,6 +49,10 @@ type Options struct {
 	// always a fresh random one.
 	Sandbox localsandbox.Options
 
+	// WorkerSandboxURL, if set, maps the sandbox server's URL to the URL the
+	// worker uses instead — a testsuite.FaultProxy in front of it, say.
+	WorkerSandboxURL func(sandboxURL string) string
+
 	// NoWorker starts no worker (run your own).
 	NoWorker bool
 	// Worker configures the in-process worker. Its sandbox URL and key are
@@ -72,7 +76,10 @@ type Stack struct {
 	// Worker is the in-process worker; nil with NoWorker.
 	Worker worker.Worker
 
-	logger *slog.Logger
+	opts          Options
+	temporalOpts  temporalserver.Options
+	sandboxListen string
+	logger        *slog.Logger
 }
 
 // Start boots the stack. On error, whatever had started is stopped.
@@ -81,7 +88,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Stack{logger: logger}
+	s := &Stack{logger: logger, opts: opts}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -96,6 +103,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Temporal, err = temporalserver.Start(ctx, tOpts); err != nil {
 		return nil, err
 	}
+	s.temporalOpts = tOpts
 
 	if opts.SandboxURL != "" {
 		s.SandboxURL, s.SandboxAPIKey = opts.SandboxURL, opts.SandboxAPIKey
@@ -114,6 +122,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if !opts.NoWorker {
 		wcfg := opts.Worker
 		wcfg.Sandbox.BaseURL, wcfg.Sandbox.APIKey = s.SandboxURL, s.SandboxAPIKey
+		if opts.WorkerSandboxURL != nil {
+			wcfg.Sandbox.BaseURL = opts.WorkerSandboxURL(s.SandboxURL)
+		}
 		if s.Worker, err = workerapp.New(s.Client, wcfg); err != nil {
 			return nil, err
 		}
@@ -126,16 +137,22 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 
 // startSandbox runs the local sandbox server in-process with a random key.
 func (s *Stack) startSandbox(opts Options) error {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.SandboxPort))
+	s.SandboxAPIKey = rand.Text()
+	return s.serveSandbox(net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.SandboxPort)))
+}
+
+// serveSandbox starts a local sandbox server on addr with the stack's key.
+func (s *Stack) serveSandbox(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("sandbox server: port %d is in use (%s)", opts.SandboxPort, addr)
+		_, port, _ := net.SplitHostPort(addr)
+		return fmt.Errorf("sandbox server: port %s is in use (%s)", port, addr)
 	}
 	if err != nil {
 		return fmt.Errorf("sandbox server: %w", err)
 	}
-	sOpts := opts.Sandbox
-	sOpts.APIKey = rand.Text()
+	sOpts := s.opts.Sandbox
+	sOpts.APIKey = s.SandboxAPIKey
 	sOpts.InsecureNoAuth = false
 	if sOpts.Logger == nil {
 		sOpts.Logger = s.logger
@@ -151,9 +168,45 @@ func (s *Stack) startSandbox(opts Options) error {
 		}
 	}()
 	s.Sandbox = srv
-	s.SandboxURL = (&url.URL{Scheme: "http", Host: ln.Addr().String()}).String()
-	s.SandboxAPIKey = sOpts.APIKey
+	s.sandboxListen = ln.Addr().String()
+	s.SandboxURL = (&url.URL{Scheme: "http", Host: s.sandboxListen}).String()
 	return nil
+}
+
+// RestartSandbox stops the in-process sandbox server, killing everything
+// it runs, and starts a new one on the same address, root and key: what a
+// crash and restart of sandboxd looks like to clients.
+func (s *Stack) RestartSandbox(ctx context.Context) error {
+	if s.Sandbox == nil {
+		return errors.New("no in-process sandbox server to restart")
+	}
+	if err := s.Sandbox.Shutdown(ctx); err != nil {
+		return err
+	}
+	s.opts.Sandbox.Root = s.Sandbox.Root()
+	return s.serveSandbox(s.sandboxListen)
+}
+
+// RestartTemporal stops the embedded Temporal server and starts it again
+// on the same ports and database. Workflows survive only with a database
+// file (Options.Temporal.DBFile); clients and the worker reconnect.
+func (s *Stack) RestartTemporal(ctx context.Context) error {
+	if s.temporalOpts.DBFile == "" {
+		return errors.New("restarting an in-memory Temporal server would lose every workflow; set a DBFile")
+	}
+	_, port, err := net.SplitHostPort(s.Temporal.FrontendHostPort())
+	if err != nil {
+		return err
+	}
+	opts := s.temporalOpts
+	if opts.FrontendPort, err = strconv.Atoi(port); err != nil {
+		return err
+	}
+	if err := s.Temporal.Stop(); err != nil {
+		return err
+	}
+	s.Temporal, err = temporalserver.Start(ctx, opts)
+	return err
 }
 
 // Provider returns a client of the stack's sandbox server.
