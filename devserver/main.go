@@ -201,4 +201,3 @@ func splitArgs(args []string, fs *flag.FlagSet) (ours, theirs []string) {
 	}
 	return ours, theirs
 }
-
