@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"slices"
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
@@ -17,11 +15,17 @@ import (
 // A workflow test with the real local sandbox server behind the SDK's test
 // environment: the command really runs, in a real sandbox.
 func ExampleNewWorkflowEnvironment() {
-	t := newExampleT() // in a test: the test's own *testing.T
-	defer t.finish()
-	ls := testsuite.StartLocalSandbox(t, localsandbox.Options{})
+	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{}) // in a test: StartLocalSandbox(t, …)
+	if err != nil {
+		panic(err)
+	}
+	defer ls.Close()
 
-	env := testsuite.NewWorkflowEnvironment(ls.Provider(t, createos.Config{}))
+	provider, err := ls.Provider(createos.Config{})
+	if err != nil {
+		panic(err)
+	}
+	env := testsuite.NewWorkflowEnvironment(provider)
 	env.ExecuteWorkflow(workflows.RunCommand, workflows.Request{
 		Command: sandbox.Command{Argv: []string{"sh", "-c", "echo hello from $(hostname | cut -c1-3)"}},
 	})
@@ -38,9 +42,11 @@ func ExampleNewWorkflowEnvironment() {
 // Break the first process creation's response on its way back: the server
 // created the process, the client cannot know it.
 func ExampleFaultProxy() {
-	t := newExampleT()
-	defer t.finish()
-	ls := testsuite.StartLocalSandbox(t, localsandbox.Options{})
+	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer ls.Close()
 	proxy, err := testsuite.NewFaultProxy(ls.URL, 1)
 	if err != nil {
 		panic(err)
@@ -54,7 +60,10 @@ func ExampleFaultProxy() {
 		Fault:  testsuite.DropResponse(),
 	})
 
-	provider := ls.ProviderVia(t, proxy.URL(), createos.Config{})
+	provider, err := ls.ProviderVia(proxy.URL(), createos.Config{})
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	lease, err := provider.CreateLease(ctx, sandbox.LeaseSpec{})
 	if err != nil {
@@ -67,28 +76,4 @@ func ExampleFaultProxy() {
 	// Output:
 	// SandboxCleanupError
 	// forward, then drop the response
-}
-
-// exampleT stands in for a test's *testing.T in these examples.
-type exampleT struct{ cleanups []func() }
-
-func newExampleT() *exampleT                          { return &exampleT{} }
-func (t *exampleT) Helper()                           {}
-func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
-func (t *exampleT) Errorf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleT) TempDir() string {
-	dir, err := os.MkdirTemp("", "example-")
-	if err != nil {
-		panic(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// finish runs the cleanups, last registered first, as testing does.
-func (t *exampleT) finish() {
-	for _, f := range slices.Backward(t.cleanups) {
-		f()
-	}
 }

@@ -1,0 +1,105 @@
+package workflows_test
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// Release is a workflow of your own that runs a command in a sandbox as a
+// child workflow: the command gets its own workflow (its own history, its
+// own page in the Web UI, cancellable on its own).
+func Release(ctx workflow.Context, version string) (string, error) {
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:    workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
+		StaticSummary: "build " + version,
+	})
+	var build workflows.Result
+	err := workflow.ExecuteChildWorkflow(ctx, workflows.WorkflowName, workflows.Request{
+		Command: sandbox.Command{
+			Argv:    []string{"sh", "-c", `echo "building $VERSION"`},
+			Env:     map[string]string{"VERSION": version},
+			Timeout: time.Minute,
+		},
+	}).Get(ctx, &build)
+	if err != nil {
+		return "", err
+	}
+	if !build.Succeeded() {
+		return "", fmt.Errorf("build exited with %d: %s", build.ShellExitCode(), build.Stderr)
+	}
+	return build.Stdout, nil
+}
+
+// A parent workflow runs RunCommand as a child workflow. (Here in the SDK's
+// test environment with a real local sandbox server; a worker registers
+// Release and calls workflows.Register the same way.)
+func ExampleRunCommand_childWorkflow() {
+	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer ls.Close()
+	provider, err := ls.Provider(createos.Config{})
+	if err != nil {
+		panic(err)
+	}
+	env := testsuite.NewWorkflowEnvironment(provider)
+	env.RegisterWorkflow(Release)
+
+	env.ExecuteWorkflow(Release, "v1.2.3")
+	var out string
+	if err := env.GetWorkflowResult(&out); err != nil {
+		fmt.Println("failed:", err)
+		return
+	}
+	fmt.Print(out)
+	// Output: building v1.2.3
+}
+
+// Check is a workflow of your own that runs two commands inline: their
+// activities are recorded in Check's own history, one after the other,
+// each on a lease of its own.
+func Check(ctx workflow.Context) ([]string, error) {
+	var outputs []string
+	for _, script := range []string{"echo vet ok", "echo tests ok"} {
+		res, err := workflows.Run(ctx, workflows.Request{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}})
+		if err != nil {
+			return nil, err
+		}
+		outputs = append(outputs, strings.TrimSpace(res.Stdout))
+	}
+	return outputs, nil
+}
+
+// A workflow runs commands inline with Run, in its own history.
+func ExampleRun() {
+	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer ls.Close()
+	provider, err := ls.Provider(createos.Config{})
+	if err != nil {
+		panic(err)
+	}
+	env := testsuite.NewWorkflowEnvironment(provider)
+	env.RegisterWorkflow(Check)
+
+	env.ExecuteWorkflow(Check)
+	var outputs []string
+	if err := env.GetWorkflowResult(&outputs); err != nil {
+		fmt.Println("failed:", err)
+		return
+	}
+	fmt.Println(outputs)
+	// Output: [vet ok tests ok]
+}
