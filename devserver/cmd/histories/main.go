@@ -1,0 +1,139 @@
+// Command histories records RunCommand histories from real runs on the dev
+// stack, for the replay test of the workflows package
+// (workflows/testdata/*.json): if a change to the workflow code breaks
+// determinism, replaying these fails CI.
+//
+//	cd devserver && go run ./cmd/histories -out ../workflows/testdata
+//
+// Run it again only to add a scenario, never to "fix" a failing replay: a
+// failing replay means running workflows would break.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// scenario is one recorded run.
+type scenario struct {
+	name    string
+	request workflows.Request
+	rule    *testsuite.Rule // a fault on the worker's way to the sandbox
+	cancel  bool            // cancel once the command runs
+}
+
+func scenarios() []scenario {
+	shell := func(script string) sandbox.Command { return sandbox.Command{Argv: []string{"sh", "-c", script}} }
+	return []scenario{
+		{name: "completed", request: workflows.Request{Command: shell("echo hello; echo oops >&2; exit 3")}},
+		{name: "timed_out", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}, Timeout: time.Second}}},
+		{name: "compensated", request: workflows.Request{Command: shell("echo once")},
+			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Times: 1, Fault: testsuite.DropResponse()}},
+		{name: "compensation_exhausted", request: workflows.Request{Command: shell("true"), MaxFreshLeases: 1},
+			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Fault: testsuite.Status(502)}},
+		{name: "kept_lease", request: workflows.Request{Command: shell("true"), KeepLease: true}},
+		{name: "canceled", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}}}, cancel: true},
+	}
+}
+
+func main() {
+	out := flag.String("out", "../workflows/testdata", "directory to write <scenario>.json into")
+	flag.Parse()
+	if err := record(context.Background(), *out); err != nil {
+		fmt.Fprintln(os.Stderr, "histories:", err)
+		os.Exit(1)
+	}
+}
+
+func record(ctx context.Context, out string) error {
+	var proxy *testsuite.FaultProxy
+	s, err := stack.Start(ctx, stack.Options{
+		Temporal: temporalserver.Options{UIPort: temporalserver.NoUI},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		WorkerSandboxURL: func(sandboxURL string) string {
+			var err error
+			if proxy, err = testsuite.NewFaultProxy(sandboxURL, 1); err != nil {
+				panic(err) // only a malformed URL fails, and the stack's is not
+			}
+			return proxy.URL()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	defer proxy.Close()
+
+	for _, sc := range scenarios() {
+		proxy.ClearRules()
+		if sc.rule != nil {
+			proxy.AddRule(*sc.rule)
+		}
+		if err := recordOne(ctx, s, sc, filepath.Join(out, sc.name+".json")); err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		fmt.Println("recorded", sc.name)
+	}
+	return nil
+}
+
+func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) error {
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "history-" + sc.name, TaskQueue: workflows.DefaultTaskQueue},
+		workflows.WorkflowName, sc.request)
+	if err != nil {
+		return err
+	}
+	if sc.cancel {
+		if err := waitForAProcess(ctx, s); err != nil {
+			return err
+		}
+		if err := s.Client.CancelWorkflow(ctx, run.GetID(), run.GetRunID()); err != nil {
+			return err
+		}
+	}
+	_ = run.Get(ctx, nil) // failures are scenarios too
+
+	history := &historypb.History{}
+	iter := s.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, 0)
+	for iter.HasNext() {
+		event, err := iter.Next()
+		if err != nil {
+			return err
+		}
+		history.Events = append(history.Events, event)
+	}
+	data, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(history)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// waitForAProcess returns once a command runs on the sandbox server.
+func waitForAProcess(ctx context.Context, s *stack.Stack) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if stats, err := s.Sandbox.Stats(); err == nil && stats.Processes > 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("no process started")
+}

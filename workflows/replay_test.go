@@ -1,0 +1,30 @@
+package workflows
+
+import (
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// TestReplayRecordedHistories replays histories of real runs (recorded by
+// devserver/cmd/histories) through the current workflow code. A change
+// that would break running workflows — a different sequence of commands
+// without workflow.GetVersion — fails here.
+func TestReplayRecordedHistories(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no recorded histories")
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			replayer := worker.NewWorkflowReplayer()
+			replayer.RegisterWorkflowWithOptions(RunCommand, workflow.RegisterOptions{Name: WorkflowName})
+			logger := sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file))
+		})
+	}
+}
