@@ -78,6 +78,7 @@ const (
 	faultSequenceGap
 	faultDuplicateFrames
 	faultCorruptBase64
+	faultPass
 )
 
 func (f Fault) String() string { return f.describe }
@@ -126,6 +127,14 @@ func CorruptBase64(n int) Fault {
 	return Fault{kind: faultCorruptBase64, frames: n, describe: fmt.Sprintf("corrupt the base64 of data frame %d", n)}
 }
 
+// Pass forwards the request unchanged. A rule with it breaks nothing: it
+// only records, in Log and Fired, that a matching request was made — to
+// assert that a client sent a request (a kill, a reconnect) or to count
+// them.
+func Pass() Fault {
+	return Fault{kind: faultPass, describe: "pass unchanged"}
+}
+
 // Event is one fault the proxy injected.
 type Event struct {
 	Time   time.Time
@@ -133,6 +142,16 @@ type Event struct {
 	Method string
 	Path   string
 	Fault  string
+	// Status is the status the server answered with, when the request was
+	// forwarded: for DropResponse and Stall it is what the client never
+	// learned. Zero when the request was not forwarded or got no answer.
+	Status int
+	// Response is the start (up to 64 KiB) of the body that the server
+	// answered and the client never saw, for DropResponse and Stall on
+	// requests that are not streams: the id of a sandbox or process
+	// created in the dark, say. It may hold whatever the server sends;
+	// String never shows it.
+	Response []byte
 }
 
 func (e Event) String() string {
@@ -155,6 +174,9 @@ func NewFaultProxy(target string, seed uint64) (*FaultProxy, error) {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.DisableCompression = true
+	// Many clients at once (a soak test) would otherwise open and close a
+	// connection to the target for most requests.
+	transport.MaxIdleConnsPerHost = 64
 	p := &FaultProxy{
 		target:    u,
 		transport: transport,
@@ -211,8 +233,9 @@ func (p *FaultProxy) Fired(rule string) int {
 	return 0
 }
 
-// decide returns the fault for r, if any rule breaks it, and logs it.
-func (p *FaultProxy) decide(r *http.Request) (Fault, bool) {
+// decide returns the fault for r, if any rule breaks it, and logs it; event
+// is the index of its entry in the log.
+func (p *FaultProxy) decide(r *http.Request) (fault Fault, event int, broken bool) {
 	apiPath := strings.TrimPrefix(r.URL.Path, "/v1")
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -234,13 +257,24 @@ func (p *FaultProxy) decide(r *http.Request) (Fault, bool) {
 		}
 		rule.fired++
 		p.events = append(p.events, Event{Time: time.Now(), Rule: rule.Name, Method: r.Method, Path: apiPath, Fault: rule.Fault.describe})
-		return rule.Fault, true
+		return rule.Fault, len(p.events) - 1, true
 	}
-	return Fault{}, false
+	return Fault{}, 0, false
 }
 
+// record adds what the server answered to the log entry of a fault.
+func (p *FaultProxy) record(event, status int, response []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events[event].Status = status
+	p.events[event].Response = response
+}
+
+// maxRecorded bounds Event.Response.
+const maxRecorded = 64 << 10
+
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	fault, broken := p.decide(r)
+	fault, event, broken := p.decide(r)
 	if broken && fault.kind == faultStatus {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(fault.status)
@@ -254,16 +288,23 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	if broken {
 		switch fault.kind {
-		case faultDropResponse:
-			resetConnection(w)
-			return
-		case faultStall:
-			select {
-			case <-time.After(fault.stall):
-			case <-r.Context().Done():
+		case faultDropResponse, faultStall:
+			var kept []byte
+			if !isStream(r) {
+				kept, _ = io.ReadAll(io.LimitReader(resp.Body, maxRecorded))
+			}
+			p.record(event, resp.StatusCode, kept)
+			if fault.kind == faultStall {
+				select {
+				case <-time.After(fault.stall):
+				case <-r.Context().Done():
+				}
 			}
 			resetConnection(w)
 			return
+		case faultPass:
+			p.record(event, resp.StatusCode, nil)
+			broken = false // relayed as it is
 		}
 	}
 	for k, vs := range resp.Header {
@@ -274,6 +315,10 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Del("Content-Length") // the faults change it
 	}
 	w.WriteHeader(resp.StatusCode)
+	// Send the headers at once: a client that waits for them before it
+	// lets the stream's first byte happen (a start gate) must not wait for
+	// that byte.
+	http.NewResponseController(w).Flush()
 	if !transform {
 		copyFlushing(w, resp.Body)
 		return

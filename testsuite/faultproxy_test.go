@@ -116,6 +116,36 @@ func TestDropResponseActsThenResets(t *testing.T) {
 	assert.Equal(t, int32(1), up.created.Load(), "but the server acted")
 }
 
+func TestDropResponseRecordsWhatTheClientMissed(t *testing.T) {
+	up := newUpstream(t)
+	p := newProxy(t, up.URL)
+	p.AddRule(Rule{Name: "lost", Method: http.MethodPost, Times: 1, Fault: DropResponse()})
+
+	_, err := post(t, p.URL())
+	require.Error(t, err)
+	log := p.Log()
+	require.Len(t, log, 1)
+	assert.Equal(t, http.StatusOK, log[0].Status)
+	assert.JSONEq(t, `{"status":"success","data":{"id":"t1"}}`, string(log[0].Response))
+	assert.NotContains(t, log[0].String(), "t1", "the log line never shows a body")
+}
+
+func TestPassOnlyRecords(t *testing.T) {
+	up := newUpstream(t)
+	p := newProxy(t, up.URL)
+	p.AddRule(Rule{Name: "seen", Path: "/things/*/connect", Fault: Pass()})
+
+	lines, err := frames(t, p.URL())
+	require.NoError(t, err)
+	assert.Len(t, lines, 6, "the stream passes whole")
+	resp, err := post(t, p.URL())
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 1, p.Fired("seen"), "only the matching request is counted")
+	require.Len(t, p.Log(), 1)
+	assert.Equal(t, http.StatusOK, p.Log()[0].Status)
+}
+
 func TestStallActsThenOutlastsTheClient(t *testing.T) {
 	up := newUpstream(t)
 	p := newProxy(t, up.URL)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package testsuite
 
 import (
@@ -11,13 +13,8 @@ import (
 	"os"
 	"time"
 
-	sdklog "go.temporal.io/sdk/log"
-	sdktestsuite "go.temporal.io/sdk/testsuite"
-
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
-	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 // LocalSandbox is a local sandbox server on a loopback port, with a random
@@ -134,17 +131,4 @@ func (ls *LocalSandbox) CheckNothingLeaked() error {
 		return fmt.Errorf("sandbox processes alive on the machine: %v %v", pids, err)
 	}
 	return nil
-}
-
-// NewWorkflowEnvironment returns a test workflow environment of the
-// Temporal SDK with RunCommand and its activities over provider
-// registered, logging warnings and errors only (to stderr): unit tests of
-// workflows that run commands, with a fake, mocked or real provider. To
-// configure the environment yourself, call workflows.Register on your own.
-func NewWorkflowEnvironment(provider sandbox.Provider) *sdktestsuite.TestWorkflowEnvironment {
-	var suite sdktestsuite.WorkflowTestSuite
-	suite.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	env := suite.NewTestWorkflowEnvironment()
-	workflows.Register(env, provider)
-	return env
 }

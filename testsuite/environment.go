@@ -1,0 +1,25 @@
+package testsuite
+
+import (
+	"log/slog"
+	"os"
+
+	sdklog "go.temporal.io/sdk/log"
+	sdktestsuite "go.temporal.io/sdk/testsuite"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// NewWorkflowEnvironment returns a test workflow environment of the
+// Temporal SDK with RunCommand and its activities over provider
+// registered, logging warnings and errors only (to stderr): unit tests of
+// workflows that run commands, with a fake, mocked or real provider. To
+// configure the environment yourself, call workflows.Register on your own.
+func NewWorkflowEnvironment(provider sandbox.Provider) *sdktestsuite.TestWorkflowEnvironment {
+	var suite sdktestsuite.WorkflowTestSuite
+	suite.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	env := suite.NewTestWorkflowEnvironment()
+	workflows.Register(env, provider)
+	return env
+}
