@@ -12,7 +12,9 @@ const DefaultMaxFreshLeases = 2
 
 // Request is the input of RunCommand (and of Run).
 type Request struct {
-	// Command is what to run.
+	// Command is what to run. It is workflow input, so it is stored in
+	// history: keep Stdin small (Temporal limits a payload to 2 MiB) and
+	// put secrets in SecretEnv, not in Env or Argv.
 	Command sandbox.Command `json:"command"`
 	// SecretEnv adds environment variables whose values are secrets:
 	// variable name → secret name. Only the names enter workflow history;
