@@ -42,7 +42,8 @@ type Activities struct {
 	// Secrets resolves the secret environment variables of a command
 	// (ExecuteInput.SecretEnv). Nil means commands cannot have secrets.
 	Secrets Secrets
-	// HeartbeatInterval overrides DefaultHeartbeatInterval.
+	// HeartbeatInterval overrides DefaultHeartbeatInterval. Either is
+	// capped at a third of each activity's heartbeat timeout.
 	HeartbeatInterval time.Duration
 }
 
@@ -60,9 +61,18 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.AcquireFreshLease, activity.RegisterOptions{Name: NameAcquireFreshLease})
 }
 
-func (a *Activities) heartbeatInterval() time.Duration {
+// heartbeatInterval is how often an activity with the given heartbeat
+// timeout records a heartbeat: HeartbeatInterval (or the default), but never
+// more than a third of the timeout — a request may set a heartbeat timeout
+// shorter than the interval, and every long command on a healthy worker
+// would then time out.
+func (a *Activities) heartbeatInterval(timeout time.Duration) time.Duration {
+	interval := DefaultHeartbeatInterval
 	if a.HeartbeatInterval > 0 {
-		return a.HeartbeatInterval
+		interval = a.HeartbeatInterval
 	}
-	return DefaultHeartbeatInterval
+	if timeout > 0 {
+		interval = min(interval, timeout/3)
+	}
+	return interval
 }

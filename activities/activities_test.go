@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 	"go.uber.org/mock/gomock"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -262,4 +263,84 @@ func TestWorkerStopDetachesAndLeavesTheProcessForTheNextAttempt(t *testing.T) {
 	require.Positive(t, beatCount)
 	assert.Equal(t, "proc-1", lastBeat.Process.ID)
 	assert.False(t, lastBeat.Ended, "the next attempt must attach, not start again")
+}
+
+func TestHeartbeatsComeWithinAShortHeartbeatTimeout(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
+	(&Activities{Provider: provider}).Register(env) // the default interval, longer than the timeout below
+	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
+		DoAndReturn(func(ctx context.Context, _ sandbox.Lease, _ sandbox.Command, _ sandbox.Observer) (sandbox.Result, error) {
+			select { // a command that runs for several heartbeat timeouts
+			case <-time.After(2 * time.Second):
+				return sandbox.Result{Stdout: "done"}, nil
+			case <-ctx.Done():
+				return sandbox.Result{}, ctx.Err()
+			}
+		})
+	env.ExecuteWorkflow(func(ctx workflow.Context) (sandbox.Result, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			HeartbeatTimeout:    600 * time.Millisecond,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		var res sandbox.Result
+		err := workflow.ExecuteActivity(ctx, NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}}).Get(ctx, &res)
+		return res, err
+	})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError(), "a healthy worker's activity must not time out its heartbeat")
+}
+
+func TestHeartbeatIntervalFitsTheHeartbeatTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		configured, timeout, want time.Duration
+	}{
+		{0, 0, DefaultHeartbeatInterval},
+		{0, time.Minute, DefaultHeartbeatInterval},
+		{0, 3 * time.Second, time.Second},
+		{2 * time.Second, 0, 2 * time.Second},
+		{2 * time.Second, 3 * time.Second, time.Second},
+		{500 * time.Millisecond, 3 * time.Second, 500 * time.Millisecond},
+	} {
+		a := &Activities{HeartbeatInterval: tc.configured}
+		assert.Equal(t, tc.want, a.heartbeatInterval(tc.timeout), "interval %s, heartbeat timeout %s", tc.configured, tc.timeout)
+	}
+}
+
+func TestCreateLeaseStepsOverItsOwnDiscardedSandbox(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	var keys []string
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+			keys = append(keys, spec.IdempotencyKey)
+			if spec.IdempotencyKey == keys[0] {
+				// An earlier attempt created this key's sandbox, then
+				// destroyed it because it could not be made ready.
+				return sandbox.Lease{}, &sandbox.LeaseGoneError{LeaseID: "sbx-discarded", Status: sandbox.StatusDestroyed}
+			}
+			return lease, nil
+		}).Times(4)
+	in := CreateLeaseInput{Spec: sandbox.LeaseSpec{Shape: "s-1vcpu-1gb"}, RunKey: "run-a"}
+	for range 2 { // two attempts of the activity
+		val, err := env.ExecuteActivity(NameCreateLease, in)
+		require.NoError(t, err, "a gone sandbox is stepped over, not a SandboxLeaseGone")
+		var got sandbox.Lease
+		require.NoError(t, val.Get(&got))
+		assert.Equal(t, lease.ID, got.ID)
+	}
+	require.Len(t, keys, 4)
+	assert.NotEqual(t, keys[0], keys[1], "another sandbox, under another key")
+	assert.Equal(t, keys[:2], keys[2:], "every attempt walks the same keys, so a lost response on the way stays harmless")
+}
+
+func TestCreateLeaseGivesUpAfterAFewGoneSandboxes(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.LeaseGoneError{LeaseID: "sbx-failed", Status: sandbox.StatusFailed}).Times(maxGoneCreates + 1)
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeLeaseGone, appErr.Type())
 }

@@ -23,7 +23,7 @@ func (a *Activities) keepHeartbeating(ctx context.Context, details func() any) (
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		ticker := time.NewTicker(a.heartbeatInterval())
+		ticker := time.NewTicker(a.heartbeatInterval(activity.GetInfo(ctx).HeartbeatTimeout))
 		defer ticker.Stop()
 		for {
 			select {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 
 	"go.temporal.io/sdk/activity"
 
@@ -71,7 +72,7 @@ func (a *Activities) CreateLease(ctx context.Context, in CreateLeaseInput) (sand
 	}
 	stop := a.keepHeartbeating(ctx, nil)
 	defer stop()
-	lease, err := a.Provider.CreateLease(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
+	lease, err := a.create(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
 	return lease, classify(err)
 }
 
@@ -116,8 +117,31 @@ func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLease
 	if err != nil {
 		return sandbox.Lease{}, classify(err)
 	}
-	lease, err := a.Provider.CreateLease(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
+	lease, err := a.create(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
 	return lease, classify(err)
+}
+
+// maxGoneCreates bounds how many gone sandboxes one create steps over.
+const maxGoneCreates = 3
+
+// create creates a lease under spec's idempotency key. A create answered
+// with a sandbox that is gone — typically one that an earlier attempt of
+// the activity created under the same key, then destroyed because it could
+// not be made ready — is repeated under a key derived from that sandbox's
+// id: a new sandbox, instead of a SandboxLeaseGone that would cost the run
+// a compensation. Every attempt walks the same chain of keys, so a lost
+// create response anywhere along it is still answered with the same
+// sandbox on the next attempt.
+func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+	for steps := 0; ; steps++ {
+		lease, err := a.Provider.CreateLease(ctx, spec)
+		var gone *sandbox.LeaseGoneError
+		if sandbox.ErrorType(err) != sandbox.TypeLeaseGone || !errors.As(err, &gone) || gone.LeaseID == "" || steps == maxGoneCreates {
+			return lease, err
+		}
+		activity.GetLogger(ctx).Info("the sandbox of this create is gone; creating another", "gone", gone.LeaseID)
+		spec.IdempotencyKey = idempotencyKey(spec.IdempotencyKey, gone.LeaseID)
+	}
 }
 
 // sweep destroys the run's leases that doom selects. A provider that
@@ -155,7 +179,12 @@ func (a *Activities) labelledSpec(ctx context.Context, spec sandbox.LeaseSpec, r
 	labels[LabelGeneration] = gen
 	labels[LabelWorkflowID] = activity.GetInfo(ctx).WorkflowExecution.ID
 	spec.Labels = labels
-	sum := sha256.Sum256([]byte(runKey + "\x00" + gen))
-	spec.IdempotencyKey = "sandboxflow-" + hex.EncodeToString(sum[:16])
+	spec.IdempotencyKey = idempotencyKey(runKey, gen)
 	return spec
+}
+
+// idempotencyKey derives a create's idempotency key from its parts.
+func idempotencyKey(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return "sandboxflow-" + hex.EncodeToString(sum[:16])
 }

@@ -89,6 +89,40 @@ func TestUnmatchedRequestsPassUnchanged(t *testing.T) {
 	assert.Empty(t, p.Log())
 }
 
+func TestStreamHeadersPassBeforeTheFirstFrame(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		select { // the first frame comes only once the client has the headers
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, `{"type":"exit","exit_code":0}`+"\n")
+	}))
+	t.Cleanup(up.Close)
+	for name, rule := range map[string]*Rule{
+		"unmatched":   nil,
+		"transformed": {Path: "/things/*/connect", Fault: DuplicateFrames()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newProxy(t, up.URL)
+			if rule != nil {
+				p.AddRule(*rule)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/v1/things/1/connect", nil)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err, "the headers arrive before the first frame")
+			resp.Body.Close()
+		})
+	}
+	close(release)
+}
+
 func TestStatusAnswersWithoutForwarding(t *testing.T) {
 	up := newUpstream(t)
 	p := newProxy(t, up.URL)
