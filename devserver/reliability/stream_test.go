@@ -1,0 +1,133 @@
+package reliability
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
+)
+
+// The output stream cannot be attached: four connects answered 503 and
+// 429 spend the reconnect budget, the process — still behind its start
+// gate — is killed, and the Execute retry runs the command on the same
+// lease. No compensation: the lease is clean.
+func TestConnectFailsFourTimes(t *testing.T) {
+	e := start(t, options{})
+	e.proxy.AddRule(testsuite.Rule{Name: "503", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: testsuite.Status(http.StatusServiceUnavailable)})
+	e.proxy.AddRule(testsuite.Rule{Name: "429", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: testsuite.Status(http.StatusTooManyRequests)})
+	marker := newMarker()
+
+	run := e.startRun(request(command(marker, "echo done")))
+	res, err := e.result(run)
+	require.NoError(t, err)
+	assert.Equal(t, marker+"\ndone\n", res.Stdout)
+	assert.Zero(t, res.FreshLeases, "a lost connection is retried, not compensated")
+	assert.Equal(t, []string{res.LeaseID}, res.DestroyedLeases)
+
+	e.requireFired("503", 2)
+	e.requireFired("429", 2)
+	h := e.readHistory(run)
+	assert.Equal(t, []int32{2}, h.executeAttempts, "Execute ran a second attempt")
+	assert.Equal(t, []string{sandbox.TypeConnectionExhausted}, h.retriedAfter)
+
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+	require.Len(t, records, 2, describe(records))
+	assert.Empty(t, records[0].Stdout, "the first process never passed its gate")
+	assert.NoError(t, killed(records[0]))
+	for _, r := range records {
+		assert.Equal(t, res.LeaseID, r.LeaseID, "both on the one lease")
+	}
+}
+
+// numbered prints lines 1…n, a little apart, so that they leave the
+// process as separate frames.
+func numbered(n int) (script, output string) {
+	var out strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&out, "line %d\n", i)
+	}
+	return fmt.Sprintf("for i in $(seq 1 %d); do echo line $i; sleep 0.01; done", n), out.String()
+}
+
+// The stream is cut mid-output; the reconnect replays from the cursor,
+// and a replay that repeats frames loses nothing and doubles nothing.
+func TestStreamCutAndReplayed(t *testing.T) {
+	e := start(t, options{})
+	e.proxy.AddRule(testsuite.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.CutStream(0, 200)})
+	e.proxy.AddRule(testsuite.Rule{Name: "duplicate", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.DuplicateFrames()})
+	marker := newMarker()
+	script, output := numbered(40)
+
+	run := e.startRun(request(command(marker, script)))
+	res, err := e.result(run)
+	require.NoError(t, err)
+	assert.Equal(t, marker+"\n"+output, res.Stdout, "complete and in order")
+	assert.False(t, res.Truncated)
+	assert.Zero(t, res.FreshLeases)
+
+	e.requireFired("cut", 1)
+	e.requireFired("duplicate", 1)
+	assert.Equal(t, []int32{1}, e.readHistory(run).executeAttempts, "one attempt: the reconnect did it")
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+	assert.Len(t, records, 1)
+}
+
+// A frame goes missing: the stream breaks the contract, which no retry
+// can fix. The run fails at once, the process is killed, the lease
+// destroyed.
+func TestSequenceGap(t *testing.T) {
+	e := start(t, options{})
+	e.proxy.AddRule(testsuite.Rule{Name: "gap", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.SequenceGap(2)})
+	marker := newMarker()
+
+	run := e.startRun(request(command(marker, "sleep 0.2; echo two; sleep 0.2; echo three; exec sleep 600")))
+	_, err := e.result(run)
+	requireApplicationError(t, err, sandbox.TypeProtocol)
+
+	e.requireFired("gap", 1)
+	assert.Equal(t, []int32{1}, e.readHistory(run).executeAttempts, "not retried")
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+	require.Len(t, records, 1)
+	assert.NoError(t, killed(records[0]), "the process was killed, not left to sleep")
+	e.assertLeaseGone(records[0].LeaseID)
+}
+
+// The stream is cut while the command prints far more than the server's
+// journal holds; with nobody reading, the journal evicts, and the
+// reconnect finds its cursor gone. Output is lost, which no retry can
+// undo.
+func TestOutputEvicted(t *testing.T) {
+	e := start(t, options{sandbox: localsandbox.Options{
+		JournalBytes: 64 << 10, // the least allowed
+		// A reader that vanished without the server noticing holds the
+		// journal this long at most.
+		StallTimeout: 200 * time.Millisecond,
+	}})
+	e.proxy.AddRule(testsuite.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.CutStream(2, 0)})
+	e.proxy.AddRule(testsuite.Rule{Name: "reconnect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
+	marker := newMarker()
+
+	run := e.startRun(request(command(marker, "head -c 8000000 /dev/zero | tr '\\0' x")))
+	_, err := e.result(run)
+	requireApplicationError(t, err, sandbox.TypeOutputEvicted)
+
+	e.requireFired("cut", 1)
+	e.requireFired("reconnect", 1)
+	assert.Equal(t, http.StatusGone, e.proxy.Log()[1].Status, "the reconnect was told its cursor is evicted")
+	assert.Equal(t, []int32{1}, e.readHistory(run).executeAttempts, "not retried")
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+	require.Len(t, records, 1)
+	e.assertLeaseGone(records[0].LeaseID)
+}
