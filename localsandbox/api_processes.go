@@ -265,7 +265,8 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 
 // connect answers GET /{pid}/connect?after=N with the NDJSON event stream:
 // every journal entry after N, then live ones, heartbeats while idle, and
-// finally the exit (or an error) frame.
+// finally the exit (or an error) frame — except when Shutdown killed the
+// process: then the stream breaks.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 	_, p, err := s.lookupProcess(r)
 	if err != nil {
@@ -290,6 +291,15 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 			out.send([]byte(`{"type":"error","error":"output_offset_expired"}` + "\n"))
 			return nil
 		case b.exit != nil:
+			select {
+			case <-s.done:
+				// The server is going away and took the process with it: that
+				// is not how the command ended. Break the stream, as a crash
+				// would, so the client finds the lease gone rather than
+				// reporting the command killed.
+				panic(http.ErrAbortHandler)
+			default:
+			}
 			frame = frame[:0]
 			if b.exit.Signal != "" {
 				frame = append(frame, `{"type":"exit","signal":"`...)
