@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -256,7 +257,7 @@ func TestWorkerStopDetachesAndLeavesTheProcessForTheNextAttempt(t *testing.T) {
 	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	assert.Equal(t, TypeWorkerStopping, appErr.Type())
+	assert.Equal(t, TypeDetached, appErr.Type())
 	assert.False(t, appErr.NonRetryable())
 	mu.Lock()
 	defer mu.Unlock()
@@ -343,4 +344,29 @@ func TestCreateLeaseGivesUpAfterAFewGoneSandboxes(t *testing.T) {
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, sandbox.TypeLeaseGone, appErr.Type())
+}
+
+func TestFollowContextKillsOnCancellationAndDetachesWhenTheAttemptIsNoLongerCurrent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cause  error
+		detach bool
+	}{
+		{"cancellation requested", temporal.NewCanceledError(), false},
+		{"plain cancel", context.Canceled, false},
+		{"attempt deadline", context.DeadlineExceeded, false},
+		{"activity reset", activity.ErrActivityReset, false},
+		{"attempt unknown to the server", serviceerror.NewNotFound("invalid activityID or activity already timed out"), true},
+		{"server unreachable for the heartbeat timeout", serviceerror.NewUnavailable("connection refused"), true},
+		{"activity paused", activity.ErrActivityPaused, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(t.Context())
+			runCtx, release := followContext(ctx, nil)
+			defer release()
+			cancel(tc.cause)
+			<-runCtx.Done()
+			assert.Equal(t, tc.detach, errors.Is(context.Cause(runCtx), sandbox.ErrDetached), "cause %v", context.Cause(runCtx))
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -74,7 +75,7 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 
 	progress := &progressRecorder{ctx: ctx}
 	stop := a.keepHeartbeating(ctx, progress.snapshot)
-	runCtx, release := detachOnWorkerStop(ctx)
+	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
 	if previous.Process.ID != "" && !previous.Ended {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
@@ -86,10 +87,10 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	release()
 	stop()
 	if errors.Is(err, sandbox.ErrDetached) {
-		// The process runs on; the last heartbeat names it, so the retry on
-		// another worker attaches to it.
+		// The process runs on; the last heartbeat names it, so the next
+		// attempt attaches to it.
 		return sandbox.Result{}, temporal.NewApplicationErrorWithCause(
-			"worker stopping: left the command running for the next attempt to attach to", TypeWorkerStopping, err)
+			"left the command running for the next attempt to attach to: "+context.Cause(runCtx).Error(), TypeDetached, err)
 	}
 	// Otherwise this attempt is done with the process: it exited, or the
 	// provider killed it (or reported why it could not).
@@ -100,28 +101,70 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	return result, nil
 }
 
-// TypeWorkerStopping is the (retryable) error type of an Execute attempt
-// that left its command running because its worker is shutting down.
-const TypeWorkerStopping = "SandboxWorkerStopping"
+// TypeDetached is the (retryable) error type of an Execute attempt that
+// left its command running for the next attempt: its worker is shutting
+// down, or Temporal no longer counts it as the current attempt.
+const TypeDetached = "SandboxDetached"
 
-// detachOnWorkerStop returns a context for following a command that ends
-// with ctx, except that when the worker starts shutting down it ends at once
-// with the cause sandbox.ErrDetached: the provider then leaves the process
-// running instead of killing it. release frees its resources.
-func detachOnWorkerStop(ctx context.Context) (runCtx context.Context, release func()) {
-	runCtx, cancel := context.WithCancelCause(ctx)
+// followContext returns the context in which an Execute attempt follows its
+// command. It ends when ctx does, but with a cause that tells the provider
+// whether to kill the process or to leave it running (sandbox.ErrDetached):
+//
+//   - the workflow cancelled the activity, or the attempt ran out of
+//     time, or the cause is unknown: kill, as ctx says;
+//   - the worker is shutting down (workerStopping closes): detach at once,
+//     without waiting for ctx to end; a retry on another worker attaches;
+//   - Temporal no longer knows this attempt (its heartbeat timed out, so
+//     another attempt may already have attached), the activity was paused,
+//     or heartbeats could not reach the server: detach, since killing could
+//     break the attempt that owns the process now.
+//
+// release frees its resources.
+func followContext(ctx context.Context, workerStopping <-chan struct{}) (runCtx context.Context, release func()) {
+	base := context.WithoutCancel(ctx)
+	stopDeadline := func() {}
+	if deadline, ok := ctx.Deadline(); ok {
+		base, stopDeadline = context.WithDeadline(base, deadline)
+	}
+	runCtx, cancel := context.WithCancelCause(base)
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-activity.GetWorkerStopChannel(ctx):
-			cancel(sandbox.ErrDetached)
+		case <-workerStopping:
+			cancel(fmt.Errorf("worker stopping: %w", sandbox.ErrDetached))
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); killOn(cause) {
+				cancel(cause)
+			} else {
+				cancel(fmt.Errorf("%w: %v", sandbox.ErrDetached, cause))
+			}
 		case <-done:
 		}
 	}()
 	return runCtx, func() {
 		close(done)
 		cancel(nil)
+		stopDeadline()
 	}
+}
+
+// killOn reports whether an attempt whose context ended with cause should
+// kill its process (see followContext).
+func killOn(cause error) bool {
+	var (
+		notFound           *serviceerror.NotFound
+		unavailable        *serviceerror.Unavailable
+		rpcDeadline        *serviceerror.DeadlineExceeded
+		namespaceNotActive *serviceerror.NamespaceNotActive
+		namespaceNotFound  *serviceerror.NamespaceNotFound
+	)
+	switch {
+	case errors.As(cause, &notFound), errors.As(cause, &unavailable), errors.As(cause, &rpcDeadline),
+		errors.As(cause, &namespaceNotActive), errors.As(cause, &namespaceNotFound),
+		errors.Is(cause, activity.ErrActivityPaused): // a paused activity resumes with a new attempt
+		return false
+	}
+	return true
 }
 
 // withSecrets returns cmd with the secret variables added.

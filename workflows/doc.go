@@ -26,8 +26,8 @@
 //	  5xx/429
 //	worker dies mid-command                   heartbeat timeout,      the retry re-attaches to the running
 //	                                            Execute retry           process: the command runs once
-//	worker shuts down mid-command             Execute retry           Execute detaches at once (no kill); the
-//	                                                                  retry on another worker re-attaches
+//	worker shuts down mid-command, or its     Execute retry           the attempt detaches (no kill); the next
+//	  attempt timed out on the server                                 attempt re-attaches: SandboxDetached
 //	SandboxInvalidInput                       —                       fails at once, before anything is sent
 //	SandboxProtocolError, SandboxOutputEvicted, —                     fails at once (not retried)
 //	  SandboxAPIError 4xx
