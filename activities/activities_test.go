@@ -370,3 +370,29 @@ func TestFollowContextKillsOnCancellationAndDetachesWhenTheAttemptIsNoLongerCurr
 		})
 	}
 }
+
+func TestCreateLeaseDestroysASandboxItCouldNotSetUp(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	setupFailure := &sandbox.APIError{Status: 503, Operation: "exec"}
+	gomock.InOrder(
+		provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+			Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: setupFailure}),
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(nil),
+	)
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeAPI, appErr.Type(), "the setup failure, not a cleanup error: nothing is left to clean up")
+	assert.False(t, appErr.NonRetryable())
+}
+
+func TestCreateLeaseKeepsTheCleanupErrorWhenTheSandboxStillCannotBeDestroyed(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeCleanup, appErr.Type())
+}

@@ -132,9 +132,22 @@ const maxGoneCreates = 3
 // a compensation. Every attempt walks the same chain of keys, so a lost
 // create response anywhere along it is still answered with the same
 // sandbox on the next attempt.
+//
+// A sandbox that was created but could neither be set up nor destroyed (a
+// *sandbox.CleanupError without a process) is destroyed here once more: if
+// that works, the run has lost nothing but the setup failure, which is
+// returned as it is (and usually retried), instead of a cleanup error that
+// would cost a compensation.
 func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 	for steps := 0; ; steps++ {
 		lease, err := a.Provider.CreateLease(ctx, spec)
+		var cleanup *sandbox.CleanupError
+		if errors.As(err, &cleanup) && cleanup.ProcessID == "" && cleanup.LeaseID != "" && cleanup.Err != nil {
+			if a.Provider.DestroyLease(ctx, cleanup.LeaseID) == nil {
+				activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
+				err = cleanup.Err
+			}
+		}
 		var gone *sandbox.LeaseGoneError
 		if sandbox.ErrorType(err) != sandbox.TypeLeaseGone || !errors.As(err, &gone) || gone.LeaseID == "" || steps == maxGoneCreates {
 			return lease, err
