@@ -35,6 +35,8 @@ type follower struct {
 	out      [2]streamOutput
 	// lost is set when output was lost before it could be read.
 	lost bool
+	// scratch is where data frames are decoded, frame after frame.
+	scratch []byte
 }
 
 // streamOutput is what is kept of one output stream.
@@ -174,7 +176,7 @@ func (f *follower) read(ctx context.Context, s *stream) (exitStatus, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		fr, err := parseFrame(line)
+		fr, err := parseFrame(line, f.scratch)
 		if err != nil {
 			return exitStatus{}, err
 		}
@@ -183,6 +185,7 @@ func (f *follower) read(ctx context.Context, s *stream) (exitStatus, error) {
 			if err := f.take(fr); err != nil {
 				return exitStatus{}, err
 			}
+			f.scratch = fr.data[:0] // taken: the next frame may reuse it
 		case frameExit:
 			return fr.exit, nil
 		case frameError:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -27,10 +28,38 @@ func TestParseFrame(t *testing.T) {
 		`{"type":"error","error":"output_offset_expired"}`:                      {kind: frameError, code: "output_offset_expired"},
 		`{"type":"error"}`: {kind: frameError},
 	} {
-		got, err := parseFrame([]byte(line))
+		got, err := parseFrame([]byte(line), nil)
 		require.NoError(t, err, line)
 		assert.Equal(t, want, got, line)
 	}
+}
+
+// Data frames in the layout servers write skip encoding/json; any other
+// line goes through it, to be read (or rejected) in full.
+func TestParseCanonicalData(t *testing.T) {
+	for line, canonical := range map[string]bool{
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}`:                   true,
+		`{"type":"data","seq":123456789012345678,"stream":"stderr","data_base64":""}`:      true,
+		` {"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}`:                  false,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="} `:                  false,
+		`{"type":"data","seq":0,"stream":"stdout","data_base64":"aGk="}`:                   false,
+		`{"type":"data","seq":01,"stream":"stdout","data_base64":"aGk="}`:                  false,
+		`{"type":"data","seq":1234567890123456789,"stream":"stdout","data_base64":"aGk="}`: false,
+		`{"type":"data","seq":1,"stream":"tty","data_base64":"aGk="}`:                      false,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"a\/k="}`:                  false,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"aGl="}`:                   false,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk=","x":"y"}`:           false,
+		`{"seq":1,"type":"data","stream":"stdout","data_base64":"aGk="}`:                   false,
+	} {
+		_, ok := parseCanonicalData([]byte(line), nil)
+		assert.Equal(t, canonical, ok, line)
+	}
+
+	buf := make([]byte, 0, 16)
+	fr, ok := parseCanonicalData([]byte(`{"type":"data","seq":7,"stream":"stderr","data_base64":"aGk="}`), buf)
+	require.True(t, ok)
+	assert.Equal(t, frame{kind: frameData, seq: 7, stream: sandbox.Stderr, data: []byte("hi")}, fr)
+	assert.Same(t, &buf[:1][0], &fr.data[0], "the data is decoded into buf")
 }
 
 func TestParseFrameRejects(t *testing.T) {
@@ -63,7 +92,7 @@ func TestParseFrameRejects(t *testing.T) {
 		`{"type":"exit","signal":"SIGkill"}`: sandbox.MissingExitStatus,
 		`{"type":"exit","signal":9}`:         sandbox.MissingExitStatus,
 	} {
-		_, err := parseFrame([]byte(line))
+		_, err := parseFrame([]byte(line), nil)
 		var protocol *sandbox.ProtocolError
 		if assert.ErrorAs(t, err, &protocol, line) {
 			assert.Equal(t, kind, protocol.Kind, line)
@@ -72,10 +101,10 @@ func TestParseFrameRejects(t *testing.T) {
 }
 
 func TestParseFrameNeverQuotesSecrets(t *testing.T) {
-	_, err := parseFrame([]byte(`{"type":"secret-output-of-the-command that is long"}`))
+	_, err := parseFrame([]byte(`{"type":"secret-output-of-the-command that is long"}`), nil)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "secret")
-	_, err = parseFrame([]byte(`{"type":"progress"}`))
+	_, err = parseFrame([]byte(`{"type":"progress"}`), nil)
 	assert.Contains(t, err.Error(), `"progress"`, "a short plain name helps debugging")
 }
 
@@ -116,6 +145,11 @@ func FuzzParseFrame(f *testing.F) {
 		`{"type":"data","seq":1,"stream":"stdout","data_base64":"aG\nk="}`,
 		`{"type":"data","seq":1,"stream":"stdout","data_base64":"a\u0047k="}`,
 		`{"type":"data","seq":9223372036854775807,"stream":"stdout","data_base64":"AA=="}`,
+		`{"type":"data","seq":123456789012345678,"stream":"stderr","data_base64":"AA=="}`,
+		`{"type":"data","seq":01,"stream":"stdout","data_base64":"AA=="}`,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"a\/k="}`,
+		`{"type":"data","seq":1,"stream":"stdout","data_base64":"AA==" }`,
+		"{\"type\":\"data\",\"seq\":1,\"stream\":\"stdout\",\"data_base64\":\"A\rA==\"}",
 		`{"type":"exit","exit_code":0}`,
 		`{"type":"exit","signal":"SIGKILL"}`,
 		`{"type":"exit"}`,
@@ -126,7 +160,14 @@ func FuzzParseFrame(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		fr, err := parseFrame(line)
+		if fast, ok := parseCanonicalData(line, nil); ok {
+			// The fast path of data frames reads them as encoding/json does.
+			slow, err := parseJSONFrame(line)
+			if err != nil || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("the canonical data frame parser gives %+v, encoding/json %+v, %v", fast, slow, err)
+			}
+		}
+		fr, err := parseFrame(line, nil)
 		if err != nil {
 			var protocol *sandbox.ProtocolError
 			if !errors.As(err, &protocol) {

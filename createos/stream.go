@@ -91,29 +91,40 @@ func (s *stream) Close() {
 // line without its newline is not a line: the stream broke inside it.
 type lineReader struct {
 	r   *bufio.Reader
-	buf []byte
+	buf []byte // a line longer than r's buffer, put together
 }
 
+// next returns the next line, without its end of line. It is valid until
+// the next call: a line that fits r's buffer is returned in place.
 func (l *lineReader) next() ([]byte, error) {
+	chunk, err := l.r.ReadSlice('\n')
+	if err == nil && len(chunk) <= maxFrame+1 { // +1: the newline
+		return trimEOL(chunk), nil
+	}
 	l.buf = l.buf[:0]
 	for {
-		chunk, err := l.r.ReadSlice('\n')
-		if len(l.buf)+len(chunk) > maxFrame+1 { // +1: the newline
+		if len(l.buf)+len(chunk) > maxFrame+1 {
 			return nil, &sandbox.ProtocolError{Kind: sandbox.FrameTooLarge, Detail: fmt.Sprintf("a line is longer than %d bytes", maxFrame)}
 		}
 		l.buf = append(l.buf, chunk...)
 		switch {
 		case err == nil:
-			line := l.buf[:len(l.buf)-1]
-			if n := len(line); n > 0 && line[n-1] == '\r' {
-				line = line[:n-1]
-			}
-			return line, nil
+			return trimEOL(l.buf), nil
 		case errors.Is(err, bufio.ErrBufferFull):
+			chunk, err = l.r.ReadSlice('\n')
 			continue
 		case errors.Is(err, io.EOF) && len(l.buf) > 0:
 			return nil, io.ErrUnexpectedEOF
 		}
 		return nil, err
 	}
+}
+
+// trimEOL cuts the newline, and a CR before it, off the end of a line.
+func trimEOL(line []byte) []byte {
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line
 }
