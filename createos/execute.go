@@ -113,6 +113,9 @@ type run struct {
 	creationUnconfirmed bool
 	staged              bool        // files of the run may exist in the lease
 	timer               *time.Timer // the command's timeout, once running
+	// gateOnly: the run's one file is its start gate, which the command's
+	// script removes on its way to the command (an Execute without stdin).
+	gateOnly bool
 }
 
 func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
@@ -138,6 +141,7 @@ func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer)
 
 // execute stages, creates and follows the command's process.
 func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.CancelCauseFunc) (exitStatus, error) {
+	r.gateOnly = len(cmd.Stdin) == 0
 	spec := scriptSpec{
 		gate: gatePath(r.workspace, r.token),
 		dir:  workingDir(r.workspace, cmd.Cwd),
@@ -242,6 +246,11 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 	switch {
 	case completed:
 		res = r.f.result(st)
+		if st.signal == "" && r.gateOnly {
+			// The command exited by itself, so its script went through the
+			// gate and removed it: the run left no file to remove.
+			r.staged = false
+		}
 	case r.f.pid == "" && r.creationUnconfirmed:
 		err = &sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: r.leaseID, Err: err}
 	case r.f.pid != "" && errors.Is(context.Cause(ctx), sandbox.ErrDetached):

@@ -124,7 +124,9 @@ func TestExecuteWithoutStdinReadsDevNull(t *testing.T) {
 
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.Result{ProcessID: "p-2"}, res)
-	assert.Equal(t, []string{"createProcess", "connect", "putFile", "exec"}, without(f.routes(), "closeStdin"))
+	// The script removed its gate on its way to the command: no file is
+	// left, and no rm is sent.
+	assert.Equal(t, []string{"createProcess", "connect", "putFile"}, without(f.routes(), "closeStdin"))
 	var create struct{ Args []string }
 	require.NoError(t, json.Unmarshal(f.requests("createProcess")[0].Body, &create))
 	assert.Contains(t, create.Args[1], "exec -- 'true' < '/dev/null'\n")
@@ -723,6 +725,9 @@ func TestExecuteSignalExit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "SIGSEGV", res.Signal)
 	assert.Equal(t, 139, res.ShellExitCode())
+	// A signal may have struck before the script went through its gate:
+	// the gate is removed.
+	assert.Equal(t, []string{"createProcess", "connect", "putFile", "exec"}, without(f.routes(), "closeStdin"))
 }
 
 func TestExecuteRetryableTypedErrors(t *testing.T) {

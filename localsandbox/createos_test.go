@@ -100,6 +100,13 @@ func TestClientEndToEnd(t *testing.T) {
 		t.Errorf("large output: %d bytes seen, truncated %v, err %v", seen, res.Truncated, err)
 	}
 
+	// No run left a file: the scripts removed their gates, the client the
+	// rest (stdin, the gates of the runs killed or timed out).
+	res, err = c.Execute(ctx, lease, sandbox.Command{Argv: []string{"ls", "-A", "/workspace/.sandboxflow"}}, nil)
+	if err != nil || res.Stdout != "" {
+		t.Errorf("files left in the staging directory: %q, %v", res.Stdout, err)
+	}
+
 	leases, err := c.ListLeases(ctx, map[string]string{"workflow": "wf-1"})
 	if err != nil || len(leases) != 1 || leases[0].ID != lease.ID {
 		t.Errorf("ListLeases: %+v, %v", leases, err)
