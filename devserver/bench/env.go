@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// Env is what the measurements run against: a running stack and a worker
+// polling TaskQueue with RunCommand and the no-op workflow registered
+// (RegisterNoop).
+type Env struct {
+	// Client is connected to the stack's Temporal server.
+	Client client.Client
+	// TaskQueue is polled by the worker under test.
+	TaskQueue string
+	// Provider is a client of the stack's sandbox server, configured as
+	// the worker's provider is, for the runs without Temporal.
+	Provider *createos.Client
+	// Logf reports progress (to stderr).
+	Logf func(format string, args ...any)
+
+	prefix string
+	ids    atomic.Int64
+	// lostWakeups counts the results that Get did not deliver although
+	// the run had closed (see result).
+	lostWakeups atomic.Int64
+}
+
+// NewEnv returns an Env; see its fields. A nil logf reports nothing.
+func NewEnv(c client.Client, taskQueue string, provider *createos.Client, logf func(string, ...any)) *Env {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return &Env{Client: c, TaskQueue: taskQueue, Provider: provider, Logf: logf, prefix: "bench-" + rand.Text()[:6]}
+}
+
+// LostWakeups is how many results Temporal failed to deliver to a waiting
+// Get so far; result read them at most resultCheck late.
+func (e *Env) LostWakeups() int64 { return e.lostWakeups.Load() }
+
+// workflowID returns a new workflow id of this run of the benchmarks.
+func (e *Env) workflowID(what string) string {
+	return fmt.Sprintf("%s-%s-%d", e.prefix, what, e.ids.Add(1))
+}
+
+// runCommand runs RunCommand on queue and waits for its result. A run
+// that fails, or whose command did not exit 0, is an error: a benchmark
+// must not time failures.
+func (e *Env) runCommand(ctx context.Context, queue, what string, req workflows.Request) (workflows.Result, error) {
+	run, err := e.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: e.workflowID(what), TaskQueue: queue},
+		workflows.WorkflowName, req)
+	if err != nil {
+		return workflows.Result{}, fmt.Errorf("start RunCommand: %w", err)
+	}
+	var res workflows.Result
+	if err := e.result(ctx, run, &res); err != nil {
+		return workflows.Result{}, fmt.Errorf("RunCommand %s: %w", run.GetID(), err)
+	}
+	if !res.Succeeded() {
+		return res, fmt.Errorf("RunCommand %s: the command did not succeed (exit %d, signal %q, timed out %v)",
+			run.GetID(), res.ExitCode, res.Signal, res.TimedOut)
+	}
+	return res, nil
+}
+
+// resultCheck is how long a Get may wait before the run's state is checked
+// beside it, and how often after that.
+const resultCheck = time.Second
+
+// result waits for the run's result with Get, as any client does. The
+// Temporal server (v1.32) sometimes loses the notification that a run
+// closed: a long-polling Get then waits for the poll to expire, 20 s,
+// although the result is there (its history notifier hands each poller a
+// one-slot channel and drops what does not fit). A benchmark of
+// sandboxflow must not time that, so once the Get has waited resultCheck
+// the run's state is checked every resultCheck: a run that closed and
+// whose Get still waits is read again (a new Get answers at once) and
+// counted in LostWakeups.
+func (e *Env) result(ctx context.Context, run client.WorkflowRun, out any) error {
+	getCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- run.Get(getCtx, out) }()
+	check := time.NewTicker(resultCheck)
+	defer check.Stop()
+	for {
+		select {
+		case err := <-got:
+			return err
+		case <-check.C:
+		}
+		desc, err := e.Client.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
+		}
+		select {
+		case err := <-got: // on its way already
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+		cancel()
+		<-got
+		e.lostWakeups.Add(1)
+		return run.Get(ctx, out)
+	}
+}

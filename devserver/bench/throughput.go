@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// Names of the no-op workflow, the floor of the throughput benchmark.
+const (
+	NoopWorkflowName = "bench.NoopWorkflow"
+	NoopActivityName = "bench.Noop"
+)
+
+// Registry is where the no-op workflow is registered: a worker.Worker.
+type Registry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// RegisterNoop registers the no-op workflow and its activity. Register
+// them on the worker that runs RunCommand, so that both share a worker.
+func RegisterNoop(r Registry) {
+	r.RegisterWorkflowWithOptions(noopWorkflow, workflow.RegisterOptions{Name: NoopWorkflowName})
+	r.RegisterActivityWithOptions(noopActivity, activity.RegisterOptions{Name: NoopActivityName})
+}
+
+// noopWorkflow runs three activities that do nothing, one after the other,
+// as RunCommand runs create, execute and destroy: what Temporal and the
+// worker cost without a sandbox.
+func noopWorkflow(ctx workflow.Context) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	for range 3 {
+		if err := workflow.ExecuteActivity(ctx, NoopActivityName).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func noopActivity(context.Context) error { return nil }
+
+// Throughput is P2: RunCommand(`true`) completed per second by a closed
+// loop of c clients, each starting the next run when its last one ended,
+// for d at each concurrency, beside the no-op workflow run the same way
+// on the same worker. Each measurement follows a warm-up round of c runs.
+// The target (at concurrency 50) is at least 50 runs/s and 60% of the
+// floor.
+func Throughput(ctx context.Context, env *Env, concurrencies []int, d time.Duration) ([]Row, error) {
+	runCommand := func(ctx context.Context) error {
+		_, err := env.runCommand(ctx, env.TaskQueue, "p2", workflows.Request{Command: trueCommand})
+		return err
+	}
+	noop := func(ctx context.Context) error {
+		run, err := env.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: env.workflowID("noop"), TaskQueue: env.TaskQueue}, NoopWorkflowName)
+		if err != nil {
+			return err
+		}
+		return env.result(ctx, run, nil)
+	}
+	var rows []Row
+	var rc, floor loopResult
+	for _, c := range concurrencies {
+		var err error
+		if rc, err = closedLoop(ctx, c, d, runCommand); err != nil {
+			return nil, fmt.Errorf("RunCommand at concurrency %d: %w", c, err)
+		}
+		if floor, err = closedLoop(ctx, c, d, noop); err != nil {
+			return nil, fmt.Errorf("no-op workflow at concurrency %d: %w", c, err)
+		}
+		env.Logf("P2: concurrency %d: RunCommand %.1f/s (CPU each: %v, of which sandbox processes %v), no-op workflow %.1f/s (CPU each: %v)",
+			c, rc.perSecond, rc.cpuPerCall, rc.childCPUPerCall, floor.perSecond, floor.cpuPerCall)
+		row := Row{
+			Name:      fmt.Sprintf("P2 throughput, concurrency %d: RunCommand(`true`)", c),
+			Figure:    Value{rc.perSecond, "runs/s"},
+			FloorName: "no-op workflow of 3 activities",
+			Floor:     Value{floor.perSecond, "runs/s"},
+		}
+		if c == 50 {
+			row.Target = Target{MinRatio: 0.6, MinFigure: 50}
+		}
+		rows = append(rows, row)
+	}
+	// What a run costs, whatever the machine's load: the ceiling of the
+	// throughput is the number of cores over this.
+	rows = append(rows, Row{
+		Name:      fmt.Sprintf("P2 CPU time per run, concurrency %d: RunCommand(`true`), stack and sandbox processes", concurrencies[len(concurrencies)-1]),
+		Figure:    Millis(rc.cpuPerCall),
+		FloorName: "no-op workflow of 3 activities",
+		Floor:     Millis(floor.cpuPerCall),
+	})
+	return rows, nil
+}
+
+// loopResult is what a closed loop achieved.
+type loopResult struct {
+	perSecond float64
+	// cpuPerCall is the CPU time (user and system) of this process and of
+	// the children it waited for, per call; childCPUPerCall the children's
+	// part: the sandbox processes and their commands.
+	cpuPerCall, childCPUPerCall time.Duration
+}
+
+// closedLoop runs one in c loops until d has passed (after a warm-up of
+// one call per loop) and returns the calls completed per second and the
+// CPU time each took. Calls in flight at the end are waited for and
+// counted.
+func closedLoop(ctx context.Context, c int, d time.Duration, one func(context.Context) error) (loopResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// loops runs the c loops until until and returns the calls completed.
+	loops := func(until time.Time) (int64, error) {
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		for range c {
+			wg.Go(func() {
+				for {
+					if err := one(ctx); err != nil {
+						cancel(err)
+						return
+					}
+					done.Add(1)
+					if !time.Now().Before(until) {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return done.Load(), context.Cause(ctx)
+	}
+	if _, err := loops(time.Time{}); err != nil { // warm-up: one call each
+		return loopResult{}, err
+	}
+	selfBefore, childBefore := cpuTime()
+	start := time.Now()
+	n, err := loops(start.Add(d))
+	if err != nil {
+		return loopResult{}, err
+	}
+	elapsed := time.Since(start)
+	if n == 0 {
+		return loopResult{}, errors.New("nothing completed")
+	}
+	self, child := cpuTime()
+	self, child = self-selfBefore, child-childBefore
+	return loopResult{
+		perSecond:       float64(n) / elapsed.Seconds(),
+		cpuPerCall:      (self + child) / time.Duration(n),
+		childCPUPerCall: child / time.Duration(n),
+	}, nil
+}
+
+// cpuTime is the CPU time, user and system, of this process and of the
+// children it waited for (with their own children's).
+func cpuTime() (self, children time.Duration) {
+	usage := func(who int) time.Duration {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) != nil {
+			return 0
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return usage(syscall.RUSAGE_SELF), usage(syscall.RUSAGE_CHILDREN)
+}
