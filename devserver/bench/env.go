@@ -5,12 +5,11 @@ import (
 	"crypto/rand"
 	"fmt"
 	"sync/atomic"
-	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -44,7 +43,7 @@ func NewEnv(c client.Client, taskQueue string, provider *createos.Client, logf f
 }
 
 // LostWakeups is how many results Temporal failed to deliver to a waiting
-// Get so far; result read them at most resultCheck late.
+// Get so far; result read them at most runresult.CheckInterval late.
 func (e *Env) LostWakeups() int64 { return e.lostWakeups.Load() }
 
 // workflowID returns a new workflow id of this run of the benchmarks.
@@ -72,44 +71,14 @@ func (e *Env) runCommand(ctx context.Context, queue, what string, req workflows.
 	return res, nil
 }
 
-// resultCheck is how long a Get may wait before the run's state is checked
-// beside it, and how often after that.
-const resultCheck = time.Second
-
-// result waits for the run's result with Get, as any client does. The
-// Temporal server (v1.32) sometimes loses the notification that a run
-// closed: a long-polling Get then waits for the poll to expire, 20 s,
-// although the result is there (its history notifier hands each poller a
-// one-slot channel and drops what does not fit). A benchmark of
-// sandboxflow must not time that, so once the Get has waited resultCheck
-// the run's state is checked every resultCheck: a run that closed and
-// whose Get still waits is read again (a new Get answers at once) and
-// counted in LostWakeups.
+// result waits for the run's result as any client does, but without
+// timing the Temporal server's lost close notifications (see package
+// runresult): a benchmark of sandboxflow must not measure those. The
+// ones it met are counted in LostWakeups.
 func (e *Env) result(ctx context.Context, run client.WorkflowRun, out any) error {
-	getCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() { got <- run.Get(getCtx, out) }()
-	check := time.NewTicker(resultCheck)
-	defer check.Stop()
-	for {
-		select {
-		case err := <-got:
-			return err
-		case <-check.C:
-		}
-		desc, err := e.Client.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
-		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			continue
-		}
-		select {
-		case err := <-got: // on its way already
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-		cancel()
-		<-got
+	lost, err := runresult.Get(ctx, e.Client, run, out)
+	if lost {
 		e.lostWakeups.Add(1)
-		return run.Get(ctx, out)
 	}
+	return err
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -218,7 +219,7 @@ func (e *env) result(run client.WorkflowRun) (workflows.Result, error) {
 	ctx, cancel := context.WithTimeout(e.t.Context(), waitLong)
 	defer cancel()
 	var res workflows.Result
-	err := run.Get(ctx, &res)
+	_, err := runresult.Get(ctx, e.stack.Client, run, &res)
 	require.NoError(e.t, ctx.Err(), "the run did not end in time")
 	return res, err
 }

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -163,7 +164,7 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 	done := make(chan outcome, 1)
 	go func() {
 		var o outcome
-		o.err = run.Get(ctx, &o.result)
+		_, o.err = runresult.Get(ctx, c, run, &o.result)
 		done <- o
 	}()
 

@@ -36,6 +36,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -198,7 +199,7 @@ func runOne(ctx context.Context, c client.Client, cfg config, i int, o *outcome)
 		return
 	}
 	o.run = run
-	o.err = run.Get(ctx, &o.result)
+	_, o.err = runresult.Get(ctx, c, run, &o.result)
 }
 
 // fastActivities keeps the documented retry counts with short intervals,
