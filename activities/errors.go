@@ -17,6 +17,10 @@ type CleanupDetails struct {
 	Reason    sandbox.CleanupReason `json:"reason"`
 }
 
+// TypeUnexpected is the (retryable) error type of a provider error outside
+// the sandbox taxonomy: a provider bug, since Provider promises typed errors.
+const TypeUnexpected = "SandboxUnexpectedError"
+
 // classify turns a provider error into the failure an activity returns: a
 // top-level *temporal.ApplicationError typed by the sandbox taxonomy, with
 // retryability decided here rather than by a retry policy. Context errors
@@ -32,7 +36,7 @@ func classify(err error) error {
 		}
 		// Outside the taxonomy: a bug or an unexpected condition. Retrying is
 		// the safe default for operations that never reuse a tainted lease.
-		return temporal.NewApplicationErrorWithCause(err.Error(), "SandboxUnexpectedError", err)
+		return temporal.NewApplicationErrorWithCause(err.Error(), TypeUnexpected, err)
 	}
 	var details []any
 	var cleanup *sandbox.CleanupError
