@@ -86,33 +86,20 @@ func start(t *testing.T, o options) *env {
 	if worker.Sandbox.OperationTimeout == 0 {
 		worker.Sandbox.OperationTimeout = 10 * time.Second
 	}
-	var proxyErr error
 	s, err := stack.Start(t.Context(), stack.Options{
-		Temporal: tOpts,
-		Sandbox:  o.sandbox,
-		WorkerSandboxURL: func(sandboxURL string) string {
-			e.proxy, proxyErr = testsuite.NewFaultProxy(sandboxURL, 1)
-			if proxyErr != nil {
-				return sandboxURL
-			}
-			return e.proxy.URL()
-		},
-		NoWorker: o.noWorker,
-		Worker:   worker,
-		Logger:   logger,
+		Temporal:       tOpts,
+		Sandbox:        o.sandbox,
+		FaultProxy:     true,
+		FaultProxySeed: 1,
+		NoWorker:       o.noWorker,
+		Worker:         worker,
+		Logger:         logger,
 	})
-	if err == nil && proxyErr != nil {
-		s.Stop()
-		err = proxyErr
-	}
 	require.NoError(t, err, "start the stack")
-	e.stack = s
+	e.stack, e.proxy = s, s.Proxy
 	t.Cleanup(func() {
 		if !t.Failed() {
 			e.assertNothingLeaked()
-		}
-		if e.proxy != nil {
-			e.proxy.Close()
 		}
 		if err := s.Stop(); err != nil {
 			t.Logf("stop the stack: %v", err)
@@ -122,10 +109,6 @@ func start(t *testing.T, o options) *env {
 		}
 		e.logs.close()
 	})
-	if e.proxy == nil { // no in-process worker: the proxy is for the test's own
-		e.proxy, err = testsuite.NewFaultProxy(s.SandboxURL, 1)
-		require.NoError(t, err)
-	}
 	e.direct, err = s.Provider(createos.Config{})
 	require.NoError(t, err)
 	return e
@@ -287,15 +270,8 @@ func (e *env) release(leaseID string) {
 // the server, no process of any of its sandboxes alive on the machine.
 func (e *env) assertNothingLeaked() {
 	e.t.Helper()
-	srv := e.stack.Sandbox
 	assert.EventuallyWithT(e.t, func(c *assert.CollectT) {
-		stats, err := srv.Stats()
-		require.NoError(c, err)
-		assert.Zero(c, stats.Leases, "leases left on the sandbox server")
-		assert.Zero(c, stats.Processes, "processes left on the sandbox server")
-		pids, err := localsandbox.SandboxProcesses(srv.Root())
-		require.NoError(c, err)
-		assert.Empty(c, pids, "sandbox processes alive on the machine")
+		assert.NoError(c, testsuite.CheckNothingLeaked(e.stack.Sandbox))
 	}, waitShort, poll)
 }
 

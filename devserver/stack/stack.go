@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -49,9 +50,11 @@ type Options struct {
 	// always a fresh random one.
 	Sandbox localsandbox.Options
 
-	// WorkerSandboxURL, if set, maps the sandbox server's URL to the URL the
-	// worker uses instead — a testsuite.FaultProxy in front of it, say.
-	WorkerSandboxURL func(sandboxURL string) string
+	// FaultProxy puts a testsuite.FaultProxy (seeded with FaultProxySeed)
+	// between the worker and the sandbox server: Stack.Proxy, to break the
+	// worker's requests on their real path.
+	FaultProxy     bool
+	FaultProxySeed uint64
 
 	// NoWorker starts no worker (run your own).
 	NoWorker bool
@@ -75,6 +78,9 @@ type Stack struct {
 	Client client.Client
 	// Worker is the in-process worker; nil with NoWorker.
 	Worker worker.Worker
+	// Proxy is the fault proxy in front of the sandbox server, with
+	// Options.FaultProxy; the worker reaches the sandbox through it.
+	Proxy *testsuite.FaultProxy
 
 	opts          Options
 	temporalOpts  temporalserver.Options
@@ -111,6 +117,12 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	if opts.FaultProxy {
+		if s.Proxy, err = testsuite.NewFaultProxy(s.SandboxURL, opts.FaultProxySeed); err != nil {
+			return nil, err
+		}
+	}
+
 	if s.Client, err = client.DialContext(ctx, client.Options{
 		HostPort:  s.Temporal.FrontendHostPort(),
 		Namespace: s.Temporal.Namespace(),
@@ -122,8 +134,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if !opts.NoWorker {
 		wcfg := opts.Worker
 		wcfg.Sandbox.BaseURL, wcfg.Sandbox.APIKey = s.SandboxURL, s.SandboxAPIKey
-		if opts.WorkerSandboxURL != nil {
-			wcfg.Sandbox.BaseURL = opts.WorkerSandboxURL(s.SandboxURL)
+		if s.Proxy != nil {
+			wcfg.Sandbox.BaseURL = s.Proxy.URL()
 		}
 		if s.Worker, err = workerapp.New(s.Client, wcfg); err != nil {
 			return nil, err
@@ -223,6 +235,9 @@ func (s *Stack) Stop() error {
 	}
 	if s.Client != nil {
 		s.Client.Close()
+	}
+	if s.Proxy != nil {
+		s.Proxy.Close()
 	}
 	if s.Sandbox != nil {
 		errs = append(errs, s.Sandbox.Shutdown(context.Background()))

@@ -50,7 +50,6 @@ import (
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // Task queues of the workers in this process.
@@ -216,7 +215,7 @@ func run(ctx context.Context, cfg config) int {
 	part("micro", func() ([]bench.Row, error) { return bench.MicroBenchmarks(ctx, moduleDir, cfg.benchtime) })
 
 	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] {
-		if err := withStack(ctx, func(s *stack.Stack, proxy *testsuite.FaultProxy, provider *createos.Client) {
+		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
 			e := bench.NewEnv(s.Client, benchQueue, provider, logf)
 			defer func() {
 				if n := e.LostWakeups(); n > 0 {
@@ -236,7 +235,7 @@ func run(ctx context.Context, cfg config) int {
 			})
 			part("p4", func() ([]bench.Row, error) {
 				logf("P4 loses process-create responses on purpose: the worker logs an activity error for each")
-				return bench.Recovery(ctx, e, recoveryQueue, proxy, cfg.recoveryRuns)
+				return bench.Recovery(ctx, e, recoveryQueue, s.Proxy, cfg.recoveryRuns)
 			})
 		}); err != nil {
 			logf("%v", err)
@@ -267,32 +266,23 @@ func run(ctx context.Context, cfg config) int {
 // The stack's own worker polls recoveryQueue through a fault proxy; a
 // second worker, built exactly as the stack builds its own, polls
 // benchQueue with the no-op workflow registered beside RunCommand.
-func withStack(ctx context.Context, f func(*stack.Stack, *testsuite.FaultProxy, *createos.Client)) error {
+func withStack(ctx context.Context, f func(*stack.Stack, *createos.Client)) error {
 	root, err := os.MkdirTemp("", "sandboxflow-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(root)
-	var proxy *testsuite.FaultProxy
 	s, err := stack.Start(ctx, stack.Options{
-		Temporal: temporalserver.Options{UIPort: temporalserver.NoUI},
-		Sandbox:  localsandbox.Options{Root: root},
-		Worker:   workerapp.Config{TaskQueue: recoveryQueue},
-		WorkerSandboxURL: func(sandboxURL string) string {
-			var err error
-			if proxy, err = testsuite.NewFaultProxy(sandboxURL, 1); err != nil {
-				panic(err) // only a malformed URL fails, and the stack's is not
-			}
-			return proxy.URL()
-		},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Temporal:   temporalserver.Options{UIPort: temporalserver.NoUI},
+		Sandbox:    localsandbox.Options{Root: root},
+		Worker:     workerapp.Config{TaskQueue: recoveryQueue},
+		FaultProxy: true,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		return fmt.Errorf("start the stack: %w", err)
 	}
 	defer s.Stop()
-	defer proxy.Close()
-
 	sandboxCfg := createos.Config{BaseURL: s.SandboxURL, APIKey: s.SandboxAPIKey}
 	w, err := workerapp.New(s.Client, workerapp.Config{TaskQueue: benchQueue, Sandbox: sandboxCfg})
 	if err != nil {
@@ -307,7 +297,7 @@ func withStack(ctx context.Context, f func(*stack.Stack, *testsuite.FaultProxy, 
 	if err != nil {
 		return err
 	}
-	f(s, proxy, provider)
+	f(s, provider)
 	return nil
 }
 

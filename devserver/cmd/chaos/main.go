@@ -40,7 +40,6 @@ import (
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -92,22 +91,14 @@ func soak(ctx context.Context, cfg config) (int, error) {
 	}
 	defer os.RemoveAll(root)
 
-	var (
-		proxy    *testsuite.FaultProxy
-		proxyErr error
-	)
 	s, err := stack.Start(ctx, stack.Options{
 		Temporal: temporalserver.Options{UIPort: temporalserver.NoUI, Logger: logger, LogLevel: slog.LevelError},
 		Sandbox: localsandbox.Options{
 			Root:        root,
 			HistorySize: 100 * cfg.runs, // every process of every run, to count the runs
 		},
-		WorkerSandboxURL: func(sandboxURL string) string {
-			if proxy, proxyErr = testsuite.NewFaultProxy(sandboxURL, cfg.seed); proxyErr != nil {
-				return sandboxURL
-			}
-			return proxy.URL()
-		},
+		FaultProxy:     true,
+		FaultProxySeed: cfg.seed,
 		Worker: workerapp.Config{
 			Sandbox:           createos.Config{OperationTimeout: operationTimeout},
 			HeartbeatInterval: time.Second,
@@ -118,10 +109,7 @@ func soak(ctx context.Context, cfg config) (int, error) {
 		return 0, err
 	}
 	defer s.Stop()
-	if proxyErr != nil {
-		return 0, fmt.Errorf("fault proxy: %w", proxyErr)
-	}
-	defer proxy.Close()
+	proxy := s.Proxy
 	addFaults(proxy, faultKinds(4*operationTimeout), cfg.rate)
 
 	fmt.Fprintf(os.Stderr, "chaos: %d runs, fault rate %.2f, %d at once, seed %d\n", cfg.runs, cfg.rate, cfg.concurrency, cfg.seed)

@@ -63,23 +63,16 @@ func main() {
 }
 
 func record(ctx context.Context, out string) error {
-	var proxy *testsuite.FaultProxy
 	s, err := stack.Start(ctx, stack.Options{
-		Temporal: temporalserver.Options{UIPort: temporalserver.NoUI},
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		WorkerSandboxURL: func(sandboxURL string) string {
-			var err error
-			if proxy, err = testsuite.NewFaultProxy(sandboxURL, 1); err != nil {
-				panic(err) // only a malformed URL fails, and the stack's is not
-			}
-			return proxy.URL()
-		},
+		Temporal:   temporalserver.Options{UIPort: temporalserver.NoUI},
+		FaultProxy: true,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	defer proxy.Close()
+	proxy := s.Proxy
 
 	for _, sc := range scenarios() {
 		proxy.ClearRules()
