@@ -119,15 +119,20 @@ func (ls *LocalSandbox) ProviderVia(url string, cfg createos.Config) (*createos.
 
 // CheckNothingLeaked reports an error if the server holds a lease or a
 // live process, or if any process of its sandboxes is alive on the machine.
-func (ls *LocalSandbox) CheckNothingLeaked() error {
-	stats, err := ls.Server.Stats()
+func (ls *LocalSandbox) CheckNothingLeaked() error { return CheckNothingLeaked(ls.Server) }
+
+// CheckNothingLeaked reports an error if srv holds a lease or a live
+// process, or if any process of its sandboxes (by its root) is alive on
+// the machine: what every test that ran commands should end with.
+func CheckNothingLeaked(srv *localsandbox.Server) error {
+	stats, err := srv.Stats()
 	if err != nil {
 		return err
 	}
 	if stats.Leases != 0 || stats.Processes != 0 {
 		return fmt.Errorf("the sandbox server still holds %d leases and %d processes", stats.Leases, stats.Processes)
 	}
-	if pids, err := localsandbox.SandboxProcesses(ls.Server.Root()); err != nil || len(pids) > 0 {
+	if pids, err := localsandbox.SandboxProcesses(srv.Root()); err != nil || len(pids) > 0 {
 		return fmt.Errorf("sandbox processes alive on the machine: %v %v", pids, err)
 	}
 	return nil

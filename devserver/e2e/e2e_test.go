@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/internal/starter"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -79,13 +80,7 @@ func runStarter(t *testing.T, stdin string, args ...string) (code int, stdout, s
 // of any sandbox alive on this machine.
 func assertNothingLeaked(t *testing.T) {
 	t.Helper()
-	stats, err := stackOf(t).Sandbox.Stats()
-	require.NoError(t, err)
-	assert.Zero(t, stats.Leases, "leases left on the sandbox server")
-	assert.Zero(t, stats.Processes, "processes left on the sandbox server")
-	pids, err := localsandbox.SandboxProcesses(stackOf(t).Sandbox.Root())
-	require.NoError(t, err)
-	assert.Empty(t, pids, "sandbox processes alive on the machine")
+	assert.NoError(t, testsuite.CheckNothingLeaked(stackOf(t).Sandbox))
 }
 
 func TestOutputAndExitCode(t *testing.T) {
@@ -165,4 +160,13 @@ func TestRunIsFoundByItsSearchAttributes(t *testing.T) {
 	desc, err := s.Client.DescribeWorkflowExecution(t.Context(), res.WorkflowID, res.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
+}
+
+func TestFailedRunExitsWithItsTypeAndReleasesEverything(t *testing.T) {
+	code, stdout, stderr := runStarter(t, "", "--shape", "s-no-such-shape", "--", "true")
+	assert.Equal(t, starter.ExitRunFailed, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "failed: SandboxAPIError: ")
+	assert.Contains(t, stderr, "HTTP 400")
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 }
