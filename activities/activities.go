@@ -1,5 +1,6 @@
 // Package activities runs the operations of a sandbox.Provider as Temporal
-// activities: CreateLease, Execute, DestroyLease and AcquireFreshLease.
+// activities: CreateLease, Execute, DestroyLease and AcquireFreshLease, and
+// for sessions PauseLease and ResumeLease.
 //
 // Each activity leaves with its failure already classified: a top-level
 // *temporal.ApplicationError whose Type is the sandbox package's type name
@@ -27,6 +28,9 @@ const (
 	NameExecute           = "sandboxflow.Execute"
 	NameDestroyLease      = "sandboxflow.DestroyLease"
 	NameAcquireFreshLease = "sandboxflow.AcquireFreshLease"
+	// Sessions (workflows.Session) also pause an idle lease and resume it.
+	NamePauseLease  = "sandboxflow.PauseLease"
+	NameResumeLease = "sandboxflow.ResumeLease"
 )
 
 // DefaultHeartbeatInterval is how often long-running activities record a
@@ -53,12 +57,14 @@ type Registry interface {
 	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// Register registers the four activities under their Name* constants.
+// Register registers the activities under their Name* constants.
 func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.CreateLease, activity.RegisterOptions{Name: NameCreateLease})
 	r.RegisterActivityWithOptions(a.Execute, activity.RegisterOptions{Name: NameExecute})
 	r.RegisterActivityWithOptions(a.DestroyLease, activity.RegisterOptions{Name: NameDestroyLease})
 	r.RegisterActivityWithOptions(a.AcquireFreshLease, activity.RegisterOptions{Name: NameAcquireFreshLease})
+	r.RegisterActivityWithOptions(a.PauseLease, activity.RegisterOptions{Name: NamePauseLease})
+	r.RegisterActivityWithOptions(a.ResumeLease, activity.RegisterOptions{Name: NameResumeLease})
 }
 
 // heartbeatInterval is how often an activity with the given heartbeat
