@@ -16,6 +16,18 @@ type ActivityOverrides struct {
 	Execute           *ActivityOptions `json:"execute,omitempty"`
 	DestroyLease      *ActivityOptions `json:"destroyLease,omitempty"`
 	AcquireFreshLease *ActivityOptions `json:"acquireFreshLease,omitempty"`
+	// PauseLease and ResumeLease are the activities of a session's idle
+	// pause and of the resume before its next command.
+	PauseLease  *ActivityOptions `json:"pauseLease,omitempty"`
+	ResumeLease *ActivityOptions `json:"resumeLease,omitempty"`
+}
+
+// execute returns the override of Execute; o may be nil.
+func (o *ActivityOverrides) execute() *ActivityOptions {
+	if o == nil {
+		return nil
+	}
+	return o.Execute
 }
 
 // ActivityOptions are the options of one activity that a request may
@@ -124,6 +136,7 @@ func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.Activity
 // activityOptions is the resolved options of every activity of a run.
 type activityOptions struct {
 	createLease, execute, destroyLease, acquireFreshLease workflow.ActivityOptions
+	pauseLease, resumeLease                               workflow.ActivityOptions
 }
 
 func resolveOptions(req Request) activityOptions {
@@ -136,5 +149,7 @@ func resolveOptions(req Request) activityOptions {
 		execute:           o.Execute.apply(executeOptions(req.Command)),
 		destroyLease:      o.DestroyLease.apply(destroyOptions()),
 		acquireFreshLease: o.AcquireFreshLease.apply(leaseOptions(10 * time.Minute)),
+		pauseLease:        o.PauseLease.apply(leaseOptions(2 * time.Minute)),
+		resumeLease:       o.ResumeLease.apply(leaseOptions(2 * time.Minute)),
 	}
 }

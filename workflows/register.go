@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -26,7 +27,11 @@ func Register(r Registry, provider sandbox.Provider) {
 	(&activities.Activities{Provider: provider}).Register(r)
 }
 
-// RegisterWorkflows registers RunCommand under WorkflowName.
+// RegisterWorkflows registers RunCommand under WorkflowName and
+// SessionWorkflow under SessionWorkflowName, and the UpdateSession
+// activity through which workflows use sessions (it needs no provider).
 func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflowWithOptions(RunCommand, workflow.RegisterOptions{Name: WorkflowName})
+	r.RegisterWorkflowWithOptions(SessionWorkflow, workflow.RegisterOptions{Name: SessionWorkflowName})
+	r.RegisterActivityWithOptions(updateSession, activity.RegisterOptions{Name: NameUpdateSession})
 }

@@ -60,23 +60,36 @@ func Run(ctx workflow.Context, req Request) (Result, error) {
 	return newRun(req, key).run(ctx)
 }
 
-// run is one execution of a Request.
+// run is one execution of a Request, or, in a session, the lease that
+// successive commands run on.
 type run struct {
 	req       Request
 	runKey    string // labels every lease of the run
 	options   activityOptions
 	state     State
 	publisher publisher
+	// lease is the lease in use; nil until one is acquired, and after an
+	// unusable one was destroyed.
+	lease *sandbox.Lease
+	// nextGeneration is the generation of the next lease to acquire: 0
+	// means CreateLease, anything else AcquireFreshLease.
+	nextGeneration int
 }
 
 func newRun(req Request, runKey string) *run {
-	return &run{
+	r := &run{
 		req:       req,
 		runKey:    runKey,
 		options:   resolveOptions(req),
 		state:     State{MaxFreshLeases: req.maxFreshLeases()},
 		publisher: publisher{command: summarize(req.Command.String())},
 	}
+	if req.LeaseID != "" {
+		r.lease = &sandbox.Lease{ID: req.LeaseID}
+		r.state.LeaseID = req.LeaseID
+		r.nextGeneration = 1
+	}
+	return r
 }
 
 func (r *run) run(ctx workflow.Context) (Result, error) {
@@ -108,20 +121,18 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 // lease turns out to be unusable (see compensable) it destroys it, takes a
 // fresh one and runs the command again, at most MaxFreshLeases times.
 func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
-	var lease *sandbox.Lease
-	if r.req.LeaseID != "" {
-		lease = &sandbox.Lease{ID: r.req.LeaseID}
-		r.setLease(ctx, lease.ID)
+	if r.lease != nil {
+		r.publisher.publish(ctx, r.state)
 	}
 	replaced := ""
-	for generation := 0; ; generation++ {
+	for fresh := 0; ; fresh++ {
 		var err error
-		if lease == nil {
-			lease, err = r.acquire(ctx, generation, replaced)
+		if r.lease == nil {
+			err = r.acquire(ctx, fresh, replaced)
 		}
-		if lease != nil {
+		if r.lease != nil {
 			var res sandbox.Result
-			if res, err = r.execute(ctx, *lease); err == nil {
+			if res, err = r.execute(ctx, *r.lease); err == nil {
 				return Result{Result: res}, nil
 			}
 		}
@@ -130,23 +141,33 @@ func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
 		}
 		r.state.LastError = err.Error()
 		workflow.GetLogger(ctx).Warn("lease unusable; compensating", "lease", r.state.LeaseID, "error", err)
-		if lease != nil {
+		if r.lease != nil {
 			// Never run on this lease again: it may hold an orphan.
-			r.setPhase(ctx, PhaseCompensating)
-			if err := r.destroy(ctx, lease.ID); err != nil {
+			if replaced, err = r.discard(ctx); err != nil {
 				return Result{}, err
 			}
-			replaced, lease = lease.ID, nil
-			r.setLease(ctx, "")
 		}
-		if r.state.FreshLeases >= r.state.MaxFreshLeases {
+		if fresh >= r.state.MaxFreshLeases {
 			return Result{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", r.state.FreshLeases, r.state.DestroyedLeases),
+				fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", fresh, r.state.DestroyedLeases),
 				TypeCompensationExhausted, err,
-				CompensationDetails{FreshLeases: r.state.FreshLeases, DestroyedLeases: slices.Clone(r.state.DestroyedLeases)})
+				CompensationDetails{FreshLeases: fresh, DestroyedLeases: slices.Clone(r.state.DestroyedLeases)})
 		}
 		r.state.FreshLeases++
 	}
+}
+
+// discard destroys the lease in use, which must not be used again, and
+// returns its id.
+func (r *run) discard(ctx workflow.Context) (string, error) {
+	id := r.lease.ID
+	r.setPhase(ctx, PhaseCompensating)
+	if err := r.destroy(ctx, id); err != nil {
+		return "", err
+	}
+	r.lease = nil
+	r.setLease(ctx, "")
+	return id, nil
 }
 
 // compensable reports whether err leaves the lease unusable, so that the
@@ -160,11 +181,14 @@ func compensable(err error) bool {
 	return appErr.Type() == sandbox.TypeCleanup || appErr.Type() == sandbox.TypeLeaseGone
 }
 
-// acquire gets the lease of a generation: CreateLease for the first,
-// AcquireFreshLease (which also sweeps earlier generations) for the others.
-func (r *run) acquire(ctx workflow.Context, generation int, replacing string) (*sandbox.Lease, error) {
+// acquire gets the lease of the next generation: CreateLease for the
+// first, AcquireFreshLease (which also sweeps earlier generations) for the
+// others. fresh counts the fresh leases this command has taken so far;
+// replacing names the lease it replaces, if any.
+func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 	var lease sandbox.Lease
 	var err error
+	generation := r.nextGeneration
 	if generation == 0 {
 		r.setPhase(ctx, PhaseCreatingLease)
 		opts := r.options.createLease
@@ -174,7 +198,10 @@ func (r *run) acquire(ctx workflow.Context, generation int, replacing string) (*
 	} else {
 		r.setPhase(ctx, PhaseCompensating)
 		opts := r.options.acquireFreshLease
-		opts.Summary = fmt.Sprintf("acquire fresh lease %d/%d", generation, r.state.MaxFreshLeases)
+		opts.Summary = "acquire fresh lease"
+		if fresh > 0 {
+			opts.Summary += fmt.Sprintf(" %d/%d", fresh, r.state.MaxFreshLeases)
+		}
 		if replacing != "" {
 			opts.Summary += " replacing " + replacing
 		}
@@ -182,10 +209,12 @@ func (r *run) acquire(ctx workflow.Context, generation int, replacing string) (*
 			activities.AcquireFreshLeaseInput{Replacing: replacing, Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.nextGeneration++
+	r.lease = &lease
 	r.setLease(ctx, lease.ID)
-	return &lease, nil
+	return nil
 }
 
 func (r *run) execute(ctx workflow.Context, lease sandbox.Lease) (sandbox.Result, error) {

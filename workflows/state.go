@@ -29,6 +29,13 @@ const (
 	PhaseCompleted     Phase = "completed"
 	PhaseFailed        Phase = "failed"
 	PhaseCanceled      Phase = "canceled"
+
+	// The phases of a session between and around its commands.
+	PhaseIdle     Phase = "idle"
+	PhasePausing  Phase = "pausing"
+	PhasePaused   Phase = "paused"
+	PhaseResuming Phase = "resuming"
+	PhaseClosed   Phase = "closed"
 )
 
 // State is what a run has done so far: the answer to StateQuery, and what
@@ -53,6 +60,9 @@ type publisher struct {
 	enabled          bool
 	searchAttributes bool
 	command          string
+	// describe, if set, renders the current details instead of details
+	// (a session describes more than its current command).
+	describe func(State) string
 	// what the search attributes hold now
 	phase   Phase
 	leaseID string
@@ -62,7 +72,11 @@ func (p *publisher) publish(ctx workflow.Context, s State) {
 	if !p.enabled {
 		return
 	}
-	workflow.SetCurrentDetails(ctx, p.details(s))
+	if p.describe != nil {
+		workflow.SetCurrentDetails(ctx, p.describe(s))
+	} else {
+		workflow.SetCurrentDetails(ctx, p.details(s))
+	}
 	if !p.searchAttributes {
 		return
 	}

@@ -1,0 +1,410 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// SessionWorkflow owns one lease and runs many commands on it, one at a
+// time, in the order their Updates were accepted:
+//
+//	UpdateExecute   run a command (validated before it enters history);
+//	                a cleanup error replaces the lease, as in RunCommand, runs
+//	                the command again on the fresh one and says so in
+//	                SessionResult.WorkspaceReset
+//	UpdatePause     pause the lease; UpdateResume resumes it (the next
+//	                command also resumes it by itself)
+//	UpdateClose     run what is queued, destroy the lease, end the session
+//	StateQuery      SessionState
+//
+// A lease idle for SessionRequest.IdleTimeout is paused. After
+// CommandsPerRun commands, or when Temporal suggests it, the session
+// continues as new and carries its lease (paused or not) to the next run.
+// Cancelling the session — which is what a parent's close does to a
+// session opened with OpenSession — destroys the lease in a disconnected
+// context, like UpdateClose. A terminated session cannot clean up: its
+// lease stays until someone destroys it.
+//
+// Use OpenSession and AttachSession from a workflow, and SessionClient from
+// ordinary Go code.
+func SessionWorkflow(ctx workflow.Context, req SessionRequest) (SessionSummary, error) {
+	if err := req.Validate(); err != nil {
+		return SessionSummary{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	}
+	s := newSession(ctx, req)
+	if err := s.register(ctx); err != nil {
+		return SessionSummary{}, err
+	}
+	return s.serve(ctx)
+}
+
+// maxRememberedLeases bounds the destroyed leases a session keeps in its
+// state and carries across continue-as-new.
+const maxRememberedLeases = 20
+
+// session is one run of SessionWorkflow.
+type session struct {
+	req         SessionRequest
+	r           *run // the lease, its generations, the compensation loop
+	queue       []*operation
+	idleTimeout time.Duration
+	paused      bool
+	hadLease    bool // a command has had a lease: a new one resets the workspace
+	closing     bool // close was accepted (or the session was cancelled)
+	commands    int  // commands run, across continue-as-new
+	runCommands int  // commands run by this run
+}
+
+// operation is an accepted Update waiting for, or given, its turn.
+type operation struct {
+	kind    string // one of the Update* names
+	command SessionCommand
+	done    bool
+	result  SessionResult
+	state   SessionState
+	summary SessionSummary
+	err     error
+}
+
+func newSession(ctx workflow.Context, req SessionRequest) *session {
+	carried := req.Carried
+	if carried == nil {
+		carried = &SessionCarried{RunKey: workflow.GetInfo(ctx).WorkflowExecution.RunID}
+	} else {
+		req.LeaseID = "" // the carried lease is the one in use
+	}
+	s := &session{
+		req:         req,
+		idleTimeout: req.idleTimeout(),
+		paused:      carried.Paused,
+		hadLease:    carried.HadLease || req.LeaseID != "", // the caller's workspace
+		commands:    carried.Commands,
+	}
+	s.r = newRun(Request{
+		Lease:           req.Lease,
+		LeaseID:         req.LeaseID,
+		MaxFreshLeases:  req.MaxFreshLeases,
+		ActivityOptions: req.ActivityOptions,
+	}, carried.RunKey)
+	if req.Carried != nil {
+		s.r.lease = carried.Lease
+		if carried.Lease != nil {
+			s.r.state.LeaseID = carried.Lease.ID
+		}
+		s.r.nextGeneration = carried.NextGeneration
+		s.r.state.FreshLeases = carried.FreshLeases
+		s.r.state.DestroyedLeases = carried.DestroyedLeases
+	}
+	s.r.publisher.enabled = true
+	s.r.publisher.searchAttributes = workflow.GetTypedSearchAttributes(ctx).
+		ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase))
+	s.r.publisher.describe = s.describe
+	return s
+}
+
+// register installs the query and the Update handlers. Every handler only
+// queues its operation and waits for serve to perform it, so that the
+// operations run one at a time, in order.
+func (s *session) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (SessionState, error) { return s.snapshot(), nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateExecute,
+		func(ctx workflow.Context, cmd SessionCommand) (SessionResult, error) {
+			op, err := s.perform(ctx, &operation{kind: UpdateExecute, command: cmd})
+			return op.result, err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(cmd SessionCommand) error {
+			if err := s.accepting(); err != nil {
+				return err
+			}
+			if err := cmd.Validate(); err != nil {
+				return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+			}
+			return nil
+		}},
+	); err != nil {
+		return err
+	}
+	for _, name := range []string{UpdatePause, UpdateResume} {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, name,
+			func(ctx workflow.Context) (SessionState, error) {
+				op, err := s.perform(ctx, &operation{kind: name})
+				return op.state, err
+			},
+			workflow.UpdateHandlerOptions{Validator: s.accepting},
+		); err != nil {
+			return err
+		}
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateClose,
+		func(ctx workflow.Context) (SessionSummary, error) {
+			s.closing = true // from now on, every Update is rejected
+			op, err := s.perform(ctx, &operation{kind: UpdateClose})
+			return op.summary, err
+		},
+		workflow.UpdateHandlerOptions{Validator: s.accepting},
+	)
+}
+
+// accepting rejects Updates once the session is closing.
+func (s *session) accepting() error {
+	if s.closing {
+		return temporal.NewNonRetryableApplicationError("the session is closing", TypeSessionClosed, nil)
+	}
+	return nil
+}
+
+// perform queues op and waits until serve has performed it.
+func (s *session) perform(ctx workflow.Context, op *operation) (*operation, error) {
+	s.queue = append(s.queue, op)
+	if err := workflow.Await(ctx, func() bool { return op.done }); err != nil {
+		return op, err
+	}
+	return op, op.err
+}
+
+// serve performs the queued operations until the session is closed,
+// cancelled or continues as new.
+func (s *session) serve(ctx workflow.Context) (SessionSummary, error) {
+	for {
+		op, err := s.next(ctx)
+		if err != nil {
+			return SessionSummary{}, s.abandon(ctx, err)
+		}
+		s.carryOut(ctx, op)
+		op.done = true
+		if op.kind == UpdateClose {
+			// Let the handlers return before the session ends.
+			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			return op.summary, op.err
+		}
+		if !s.continueAsNewDue(ctx) {
+			continue
+		}
+		// Every accepted Update must be answered by this run: wait until
+		// the handlers have returned, unless more work arrives first.
+		if err := workflow.Await(ctx, func() bool { return len(s.queue) > 0 || workflow.AllHandlersFinished(ctx) }); err != nil {
+			return SessionSummary{}, s.abandon(ctx, err)
+		}
+		if len(s.queue) == 0 {
+			return SessionSummary{}, workflow.NewContinueAsNewError(ctx, SessionWorkflowName, s.carry())
+		}
+	}
+}
+
+// next waits for the next operation. A lease that stays idle for the idle
+// timeout is paused meanwhile.
+func (s *session) next(ctx workflow.Context) (*operation, error) {
+	hasWork := func() bool { return len(s.queue) > 0 }
+	if !hasWork() && s.r.lease != nil && !s.paused && s.idleTimeout > 0 {
+		s.setPhase(ctx, PhaseIdle)
+		busy, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
+			Timeout:      s.idleTimeout,
+			TimerOptions: workflow.TimerOptions{Summary: "idle: pause the lease after " + s.idleTimeout.String()},
+		}, hasWork)
+		if err != nil {
+			return nil, err
+		}
+		if !busy {
+			if err := s.pause(ctx); err != nil {
+				workflow.GetLogger(ctx).Warn("could not pause the idle lease", "lease", s.r.state.LeaseID, "error", err)
+			}
+		}
+	}
+	if err := workflow.Await(ctx, hasWork); err != nil {
+		return nil, err
+	}
+	op := s.queue[0]
+	s.queue = s.queue[1:]
+	return op, nil
+}
+
+// carryOut performs one operation and records its outcome in op.
+func (s *session) carryOut(ctx workflow.Context, op *operation) {
+	switch op.kind {
+	case UpdateExecute:
+		op.result, op.err = s.execute(ctx, op.command)
+	case UpdatePause:
+		op.err = s.pause(ctx)
+		op.state = s.snapshot()
+	case UpdateResume:
+		op.err = s.ready(ctx)
+		op.state = s.snapshot()
+	case UpdateClose:
+		op.err = s.r.release(ctx)
+		s.setPhase(ctx, PhaseClosed)
+		op.summary = s.summary()
+	}
+}
+
+// execute runs one command on the session's lease, resuming it first if
+// it is paused, with the compensation of RunCommand.
+func (s *session) execute(ctx workflow.Context, cmd SessionCommand) (SessionResult, error) {
+	s.commands++
+	s.runCommands++
+	out := SessionResult{Seq: s.commands}
+	before, hadLease := s.r.state.LeaseID, s.hadLease
+	freshBefore := s.r.state.FreshLeases
+
+	r := s.r
+	r.req.Command, r.req.SecretEnv = cmd.Command, cmd.SecretEnv
+	r.options.execute = s.req.ActivityOptions.execute().apply(executeOptions(cmd.Command))
+	r.publisher.command = summarize(cmd.Command.String())
+	var err error
+	if err = s.ready(ctx); err == nil {
+		var res Result
+		res, err = r.runWithCompensation(ctx)
+		out.Result = res.Result
+	}
+	out.LeaseID = r.state.LeaseID
+	out.FreshLeases = r.state.FreshLeases - freshBefore
+	out.WorkspaceReset = hadLease && out.LeaseID != before
+	s.hadLease = hadLease || out.LeaseID != ""
+	return out, err
+}
+
+// ready makes sure the lease, if there is one, runs: a paused lease is
+// resumed, and a lease the session did not create is looked up (its
+// workspace learnt). A lease that turns out to be gone is destroyed for
+// good and counted as replaced; the command then takes a fresh one.
+func (s *session) ready(ctx workflow.Context) error {
+	r := s.r
+	if r.lease == nil || (!s.paused && r.lease.Workspace != "") {
+		return nil
+	}
+	r.setPhase(ctx, PhaseResuming)
+	opts := r.options.resumeLease
+	opts.Summary = "resume lease " + r.lease.ID
+	var lease sandbox.Lease
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameResumeLease,
+		activities.LeaseInput{LeaseID: r.lease.ID}).Get(ctx, &lease)
+	switch {
+	case err == nil:
+		r.lease, s.paused = &lease, false
+		r.setPhase(ctx, PhaseIdle)
+		return nil
+	case compensable(err):
+		r.state.LastError = err.Error()
+		if _, err := r.discard(ctx); err != nil {
+			return err
+		}
+		s.paused = false
+		r.state.FreshLeases++
+		return nil
+	}
+	return err
+}
+
+// pause pauses the lease, if there is one and it runs.
+func (s *session) pause(ctx workflow.Context) error {
+	r := s.r
+	if r.lease == nil || s.paused {
+		return nil
+	}
+	r.setPhase(ctx, PhasePausing)
+	opts := r.options.pauseLease
+	opts.Summary = "pause idle lease " + r.lease.ID
+	var lease sandbox.Lease
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NamePauseLease,
+		activities.LeaseInput{LeaseID: r.lease.ID}).Get(ctx, &lease)
+	switch {
+	case err == nil:
+		s.paused = true
+		r.setPhase(ctx, PhasePaused)
+	case compensable(err):
+		// Gone while idle: the next command takes a fresh lease.
+		r.state.LastError = err.Error()
+		if _, derr := r.discard(ctx); derr != nil {
+			return derr
+		}
+		r.state.FreshLeases++
+		r.setPhase(ctx, PhaseIdle)
+		return nil
+	default:
+		r.setPhase(ctx, PhaseIdle)
+	}
+	return err
+}
+
+// abandon ends a cancelled session: the operations still queued fail, and
+// the lease is destroyed in a disconnected context.
+func (s *session) abandon(ctx workflow.Context, cause error) error {
+	s.closing = true
+	for _, op := range s.queue {
+		op.err, op.done = cause, true
+	}
+	s.queue = nil
+	err := s.r.release(ctx)
+	s.setPhase(ctx, PhaseCanceled)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("the cancelled session could not release its lease", "lease", s.r.state.LeaseID, "error", err)
+	}
+	return cause
+}
+
+func (s *session) continueAsNewDue(ctx workflow.Context) bool {
+	return s.runCommands >= s.req.commandsPerRun() || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// carry is the request of the session's next run.
+func (s *session) carry() SessionRequest {
+	next := s.req
+	next.LeaseID = ""
+	next.Carried = &SessionCarried{
+		RunKey:          s.r.runKey,
+		Lease:           s.r.lease,
+		Paused:          s.paused,
+		HadLease:        s.hadLease,
+		NextGeneration:  s.r.nextGeneration,
+		Commands:        s.commands,
+		FreshLeases:     s.r.state.FreshLeases,
+		DestroyedLeases: lastLeases(s.r.state.DestroyedLeases),
+	}
+	return next
+}
+
+func (s *session) snapshot() SessionState {
+	state := s.r.state
+	state.DestroyedLeases = lastLeases(state.DestroyedLeases)
+	return SessionState{State: state, Paused: s.paused, Commands: s.commands, Queued: len(s.queue)}
+}
+
+func (s *session) summary() SessionSummary {
+	return SessionSummary{Commands: s.commands, FreshLeases: s.r.state.FreshLeases, DestroyedLeases: lastLeases(s.r.state.DestroyedLeases)}
+}
+
+func (s *session) setPhase(ctx workflow.Context, phase Phase) { s.r.setPhase(ctx, phase) }
+
+// describe renders the session's current details for the Web UI.
+func (s *session) describe(state State) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%s** session", state.Phase)
+	if state.LeaseID != "" {
+		fmt.Fprintf(&b, " on lease `%s`", state.LeaseID)
+	}
+	fmt.Fprintf(&b, " · %d commands", s.commands)
+	if state.Phase == PhaseExecuting || state.Phase == PhaseCompensating {
+		fmt.Fprintf(&b, " · running `%s`", s.r.publisher.command)
+	}
+	if len(s.queue) > 0 {
+		fmt.Fprintf(&b, " · %d queued", len(s.queue))
+	}
+	fmt.Fprintf(&b, " · leases replaced %d", state.FreshLeases)
+	if state.LastError != "" {
+		fmt.Fprintf(&b, " · last failure: %s", state.LastError)
+	}
+	return b.String()
+}
+
+func lastLeases(ids []string) []string {
+	return slices.Clone(ids[max(0, len(ids)-maxRememberedLeases):])
+}

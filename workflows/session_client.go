@@ -1,0 +1,86 @@
+package workflows
+
+import (
+	"context"
+	"crypto/rand"
+
+	"go.temporal.io/sdk/client"
+)
+
+// SessionClient drives a session from ordinary Go code (a CLI, a service):
+// each method sends one Update and waits for its outcome.
+type SessionClient struct {
+	c  client.Client
+	id string
+}
+
+// StartSession starts a SessionWorkflow with opts (its TaskQueue is
+// required; an empty ID gets a random one) and returns its client.
+func StartSession(ctx context.Context, c client.Client, opts client.StartWorkflowOptions, req SessionRequest) (*SessionClient, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ID == "" {
+		opts.ID = "sandboxflow-session-" + rand.Text()[:12]
+	}
+	run, err := c.ExecuteWorkflow(ctx, opts, SessionWorkflowName, req)
+	if err != nil {
+		return nil, err
+	}
+	return &SessionClient{c: c, id: run.GetID()}, nil
+}
+
+// AttachSessionClient returns a client of a running session, by its
+// workflow id.
+func AttachSessionClient(c client.Client, sessionID string) *SessionClient {
+	return &SessionClient{c: c, id: sessionID}
+}
+
+// ID is the session's workflow id: the reference to give to others.
+func (s *SessionClient) ID() string { return s.id }
+
+// Execute runs a command in the session, after the commands already
+// queued. An invalid command is rejected before anything is sent.
+func (s *SessionClient) Execute(ctx context.Context, cmd SessionCommand) (SessionResult, error) {
+	if err := cmd.Validate(); err != nil {
+		return SessionResult{}, err
+	}
+	var res SessionResult
+	err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdateExecute, &res, cmd)
+	return res, err
+}
+
+// Pause pauses the session's lease.
+func (s *SessionClient) Pause(ctx context.Context) (SessionState, error) {
+	var state SessionState
+	err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdatePause, &state)
+	return state, err
+}
+
+// Resume resumes the session's lease.
+func (s *SessionClient) Resume(ctx context.Context) (SessionState, error) {
+	var state SessionState
+	err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdateResume, &state)
+	return state, err
+}
+
+// Close runs the commands already queued, destroys the lease and ends the
+// session.
+func (s *SessionClient) Close(ctx context.Context) (SessionSummary, error) {
+	var summary SessionSummary
+	err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdateClose, &summary)
+	return summary, err
+}
+
+// State asks the session for its SessionState.
+func (s *SessionClient) State(ctx context.Context) (SessionState, error) {
+	value, err := s.c.QueryWorkflow(ctx, s.id, "", StateQuery)
+	if err != nil {
+		return SessionState{}, err
+	}
+	var state SessionState
+	err = value.Get(&state)
+	return state, err
+}
+
+func newUpdateID() string { return "sandboxflow-" + rand.Text() }

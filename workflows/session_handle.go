@@ -1,0 +1,128 @@
+package workflows
+
+import (
+	"crypto/rand"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// Session is a reference to a running SessionWorkflow, for workflow code:
+// its workflow id. Any workflow that knows the id can use the session
+// (AttachSession); its methods send Updates through the UpdateSession
+// activity, so the calls are recorded in the caller's history and survive
+// its worker's crash.
+type Session struct {
+	ID string `json:"id"`
+}
+
+// OpenSession starts a SessionWorkflow as a child of the calling workflow
+// and returns once it runs. The child's id is the caller's with a
+// "/session-…" suffix unless the context's child options name one. Unless
+// those options say otherwise, the parent-close policy is
+// REQUEST_CANCEL: when the parent closes without closing the session, the
+// session is cancelled and destroys its lease.
+func OpenSession(ctx workflow.Context, req SessionRequest) (Session, error) {
+	if err := req.Validate(); err != nil {
+		return Session{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	}
+	opts := workflow.GetChildWorkflowOptions(ctx)
+	if opts.WorkflowID == "" {
+		var suffix string
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return strings.ToLower(rand.Text()[:10]) }).Get(&suffix); err != nil {
+			return Session{}, err
+		}
+		opts.WorkflowID = workflow.GetInfo(ctx).WorkflowExecution.ID + "/session-" + suffix
+	}
+	if opts.ParentClosePolicy == enumspb.PARENT_CLOSE_POLICY_UNSPECIFIED {
+		opts.ParentClosePolicy = enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL
+	}
+	opts.WaitForCancellation = true // a cancelled parent waits until the lease is destroyed
+	if opts.StaticSummary == "" {
+		opts.StaticSummary = "sandbox session"
+	}
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), SessionWorkflowName, req)
+	var started workflow.Execution
+	if err := child.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
+		return Session{}, err
+	}
+	return Session{ID: started.ID}, nil
+}
+
+// AttachSession refers to a session that is already running, opened by
+// this workflow or any other: by its workflow id.
+func AttachSession(sessionID string) Session { return Session{ID: sessionID} }
+
+// Execute runs a command in the session, after the commands already
+// queued, and returns its result. The command is validated first: an
+// invalid one fails with SandboxInvalidInput before anything is recorded.
+func (s Session) Execute(ctx workflow.Context, cmd SessionCommand) (SessionResult, error) {
+	if err := cmd.Validate(); err != nil {
+		return SessionResult{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	}
+	var out UpdateSessionOutput
+	err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateExecute, Command: &cmd}, cmd.Command.Timeout, &out)
+	if err != nil || out.Result == nil {
+		return SessionResult{}, err
+	}
+	return *out.Result, nil
+}
+
+// Pause pauses the session's lease.
+func (s Session) Pause(ctx workflow.Context) (SessionState, error) {
+	return s.lifecycle(ctx, UpdatePause)
+}
+
+// Resume resumes the session's lease.
+func (s Session) Resume(ctx workflow.Context) (SessionState, error) {
+	return s.lifecycle(ctx, UpdateResume)
+}
+
+// Close runs the commands already queued, destroys the lease and ends the
+// session.
+func (s Session) Close(ctx workflow.Context) (SessionSummary, error) {
+	var out UpdateSessionOutput
+	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateClose}, 0, &out); err != nil || out.Summary == nil {
+		return SessionSummary{}, err
+	}
+	return *out.Summary, nil
+}
+
+func (s Session) lifecycle(ctx workflow.Context, name string) (SessionState, error) {
+	var out UpdateSessionOutput
+	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: name}, 0, &out); err != nil || out.State == nil {
+		return SessionState{}, err
+	}
+	return *out.State, nil
+}
+
+// update runs the UpdateSession activity. Its start-to-close timeout
+// covers the command's own timeout; it heartbeats, so a dead worker is
+// noticed, and its retry waits for the same Update.
+func (s Session) update(ctx workflow.Context, in UpdateSessionInput, commandTimeout time.Duration, out *UpdateSessionOutput) error {
+	startToClose := 24 * time.Hour
+	if commandTimeout > 0 {
+		startToClose = commandTimeout + 15*time.Minute
+	}
+	summary := in.Update + " in session " + s.ID
+	if in.Command != nil {
+		summary = "execute `" + summarize(in.Command.Command.String()) + "` in session " + s.ID
+	}
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		HeartbeatTimeout:    30 * time.Second,
+		Summary:             summary,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    10,
+		},
+	})
+	return workflow.ExecuteActivity(ctx, NameUpdateSession, in).Get(ctx, out)
+}

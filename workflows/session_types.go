@@ -1,0 +1,156 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// SessionWorkflowName is the registered name of SessionWorkflow.
+const SessionWorkflowName = "sandboxflow.Session"
+
+// The Updates and the query a session answers.
+const (
+	// UpdateExecute runs one command: SessionCommand in, SessionResult out.
+	UpdateExecute = "execute"
+	// UpdatePause pauses the session's lease; UpdateResume resumes it. Both
+	// return the SessionState. A command resumes a paused lease by itself.
+	UpdatePause  = "pause"
+	UpdateResume = "resume"
+	// UpdateClose runs the commands already queued, destroys the lease and
+	// ends the session: it returns the SessionSummary.
+	UpdateClose = "close"
+	// The session answers StateQuery with its SessionState.
+)
+
+// Defaults of a SessionRequest's zero fields.
+const (
+	// DefaultIdleTimeout is how long a session's lease may stay idle
+	// before the session pauses it.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultCommandsPerRun is how many commands a session runs before it
+	// continues as new, carrying its lease, so that its history stays
+	// small. It also continues as new when Temporal suggests it.
+	DefaultCommandsPerRun = 200
+)
+
+// TypeSessionClosed is the error type with which a closing or closed
+// session rejects an Update.
+const TypeSessionClosed = "SandboxSessionClosed"
+
+// SessionRequest is the input of SessionWorkflow.
+type SessionRequest struct {
+	// Lease describes the sandbox to create, and every fresh one.
+	Lease sandbox.LeaseSpec `json:"lease,omitzero"`
+	// LeaseID, when set, starts the session on this existing lease instead
+	// of creating one. The session owns it from then on: it is destroyed
+	// when the session closes.
+	LeaseID string `json:"leaseId,omitempty"`
+	// MaxFreshLeases bounds the compensation of each command, as in
+	// Request.
+	MaxFreshLeases int `json:"maxFreshLeases,omitempty"`
+	// IdleTimeout: a lease with no command for this long is paused, and
+	// resumed by the next command. Zero means DefaultIdleTimeout; negative
+	// never pauses.
+	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// CommandsPerRun: the session continues as new after this many
+	// commands. Zero means DefaultCommandsPerRun.
+	CommandsPerRun int `json:"commandsPerRun,omitempty"`
+	// ActivityOptions overrides the documented defaults of the activities.
+	ActivityOptions *ActivityOverrides `json:"activityOptions,omitempty"`
+
+	// Carried is what a session hands to its next run when it continues
+	// as new. Leave it nil.
+	Carried *SessionCarried `json:"carried,omitempty"`
+}
+
+// SessionCarried is the state a session carries across continue-as-new.
+type SessionCarried struct {
+	RunKey         string         `json:"runKey"`
+	Lease          *sandbox.Lease `json:"lease,omitempty"`
+	Paused         bool           `json:"paused,omitempty"`
+	HadLease       bool           `json:"hadLease,omitempty"`
+	NextGeneration int            `json:"nextGeneration"`
+	Commands       int            `json:"commands"`
+	FreshLeases    int            `json:"freshLeases"`
+	// DestroyedLeases keeps the last few leases destroyed, for the state.
+	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+}
+
+// Validate checks the request without running anything.
+func (r SessionRequest) Validate() error {
+	if r.LeaseID != "" {
+		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
+			return err
+		}
+	}
+	if r.CommandsPerRun < 0 {
+		return &sandbox.InvalidInputError{Field: "commandsPerRun", Reason: "must not be negative"}
+	}
+	return nil
+}
+
+func (r SessionRequest) idleTimeout() time.Duration {
+	if r.IdleTimeout == 0 {
+		return DefaultIdleTimeout
+	}
+	return r.IdleTimeout
+}
+
+func (r SessionRequest) commandsPerRun() int {
+	if r.CommandsPerRun == 0 {
+		return DefaultCommandsPerRun
+	}
+	return r.CommandsPerRun
+}
+
+// SessionCommand is the input of UpdateExecute: a command and its secret
+// environment, as in Request.
+type SessionCommand struct {
+	Command   sandbox.Command   `json:"command"`
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+}
+
+// Validate checks the command without running anything, as the execute
+// Update's validator does: a command it rejects never enters history.
+func (c SessionCommand) Validate() error {
+	return Request{Command: c.Command, SecretEnv: c.SecretEnv}.Validate()
+}
+
+// SessionResult is the outcome of one command of a session.
+type SessionResult struct {
+	sandbox.Result
+	// Seq numbers the session's commands: 1, 2, 3…
+	Seq int `json:"seq"`
+	// LeaseID is the lease the command ran on.
+	LeaseID string `json:"leaseId"`
+	// WorkspaceReset is set when the command did not run on the lease of
+	// the commands before it: that lease was unusable and was replaced,
+	// so the files earlier commands left in the workspace are gone.
+	WorkspaceReset bool `json:"workspaceReset,omitempty"`
+	// FreshLeases counts the leases this command took to replace an
+	// unusable one.
+	FreshLeases int `json:"freshLeases,omitempty"`
+}
+
+// SessionState is the answer to StateQuery, and what the pause and resume
+// Updates return.
+type SessionState struct {
+	State
+	// Paused is set while the lease is paused.
+	Paused bool `json:"paused,omitempty"`
+	// Commands counts the commands run so far, across continue-as-new.
+	Commands int `json:"commands"`
+	// Queued counts the Updates waiting for their turn.
+	Queued int `json:"queued,omitempty"`
+}
+
+// SessionSummary is what a closed session returns, and what the close
+// Update returns.
+type SessionSummary struct {
+	Commands    int `json:"commands"`
+	FreshLeases int `json:"freshLeases"`
+	// DestroyedLeases lists the last leases destroyed, the final one
+	// included.
+	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+}

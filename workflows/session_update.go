@@ -1,0 +1,128 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// NameUpdateSession is the activity through which workflow code sends an
+// Update to a session (workflows cannot send Updates themselves).
+// RegisterWorkflows registers it.
+const NameUpdateSession = "sandboxflow.UpdateSession"
+
+// UpdateSessionInput is the input of the UpdateSession activity.
+type UpdateSessionInput struct {
+	// SessionID is the session's workflow id.
+	SessionID string `json:"sessionId"`
+	// Update is one of the Update* names.
+	Update string `json:"update"`
+	// Command is the command of UpdateExecute.
+	Command *SessionCommand `json:"command,omitempty"`
+}
+
+// UpdateSessionOutput is what the Update returned: the field of its kind.
+type UpdateSessionOutput struct {
+	Result  *SessionResult  `json:"result,omitempty"`
+	State   *SessionState   `json:"state,omitempty"`
+	Summary *SessionSummary `json:"summary,omitempty"`
+}
+
+// updateSession is the UpdateSession activity. Its Update id is derived
+// from the calling workflow run and the activity, so a retry of the
+// activity (its worker died) waits for the same Update instead of running
+// the command twice.
+func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOutput, error) {
+	info := activity.GetInfo(ctx)
+	updateID := info.WorkflowExecution.RunID + "/" + info.ActivityID
+	stop := heartbeatUntilDone(ctx, info.HeartbeatTimeout)
+	defer stop()
+
+	var out UpdateSessionOutput
+	var err error
+	c := activity.GetClient(ctx)
+	switch in.Update {
+	case UpdateExecute:
+		if in.Command == nil {
+			return out, temporal.NewNonRetryableApplicationError("execute needs a command", sandbox.TypeInvalidInput, nil)
+		}
+		out.Result = &SessionResult{}
+		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateExecute, out.Result, *in.Command)
+	case UpdatePause, UpdateResume:
+		out.State = &SessionState{}
+		err = sendUpdate(ctx, c, in.SessionID, updateID, in.Update, out.State)
+	case UpdateClose:
+		out.Summary = &SessionSummary{}
+		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)
+	default:
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown session update %q", in.Update), sandbox.TypeInvalidInput, nil)
+	}
+	if err == nil {
+		return out, nil
+	}
+	// The session answered (a rejection, or the command's own failure):
+	// asking again would get the same answer.
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	if errors.As(err, &appErr) {
+		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError(appErr.Error(), appErr.Type(), err)
+	}
+	if errors.As(err, &canceled) {
+		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
+	}
+	return UpdateSessionOutput{}, err
+}
+
+// sendUpdate sends an Update to a session and waits for its outcome,
+// decoded into out.
+func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name string, out any, args ...any) error {
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   sessionID,
+		UpdateID:     updateID,
+		UpdateName:   name,
+		Args:         args,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return handle.Get(ctx, out)
+}
+
+// heartbeatUntilDone heartbeats a third of the heartbeat timeout apart
+// until stop is called, so that a dead worker is noticed while a long
+// command runs.
+func heartbeatUntilDone(ctx context.Context, timeout time.Duration) (stop func()) {
+	interval := 5 * time.Second
+	if timeout > 0 {
+		interval = min(interval, timeout/3)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ticker.C:
+				activity.RecordHeartbeat(ctx)
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
