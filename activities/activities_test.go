@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,12 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/mock/gomock"
 
+	"github.com/sandboxflow/sandboxflow/metrics"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox/sandboxmock"
 )
@@ -395,4 +399,181 @@ func TestCreateLeaseKeepsTheCleanupErrorWhenTheSandboxStillCannotBeDestroyed(t *
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, sandbox.TypeCleanup, appErr.Type())
+}
+
+// recordedMetrics is what a recordingHandler saw: counter sums and timer
+// counts, by metric name and our own tags (reason, stream).
+type recordedMetrics struct {
+	mu       sync.Mutex
+	counters map[string]int64
+	timers   map[string]int
+}
+
+func (r *recordedMetrics) counter(name string, tags ...string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counters[metricKey(name, tags...)]
+}
+
+func (r *recordedMetrics) timer(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.timers[name]
+}
+
+func metricKey(name string, tags ...string) string { return name + "{" + strings.Join(tags, ",") + "}" }
+
+// recordingHandler is a client.MetricsHandler that records into rec.
+type recordingHandler struct {
+	rec  *recordedMetrics
+	tags map[string]string
+}
+
+func (h recordingHandler) WithTags(tags map[string]string) client.MetricsHandler {
+	merged := maps.Clone(h.tags)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, tags)
+	return recordingHandler{rec: h.rec, tags: merged}
+}
+
+func (h recordingHandler) key(name string) string {
+	var ours []string
+	for _, tag := range []string{metrics.TagReason, metrics.TagStream} {
+		if v, ok := h.tags[tag]; ok {
+			ours = append(ours, v)
+		}
+	}
+	return metricKey(name, ours...)
+}
+
+type counterFunc func(int64)
+
+func (f counterFunc) Inc(d int64) { f(d) }
+
+type timerFunc func(time.Duration)
+
+func (f timerFunc) Record(d time.Duration) { f(d) }
+
+func (h recordingHandler) Counter(name string) client.MetricsCounter {
+	key := h.key(name)
+	return counterFunc(func(d int64) {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		h.rec.counters[key] += d
+	})
+}
+
+func (h recordingHandler) Gauge(name string) client.MetricsGauge {
+	return client.MetricsNopHandler.Gauge(name)
+}
+
+func (h recordingHandler) Timer(name string) client.MetricsTimer {
+	return timerFunc(func(time.Duration) {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		h.rec.timers[name]++
+	})
+}
+
+// newMeteredEnv is newEnv with the activities' metrics recorded.
+func newMeteredEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *sandboxmock.MockProvider, *recordedMetrics) {
+	t.Helper()
+	rec := &recordedMetrics{counters: map[string]int64{}, timers: map[string]int{}}
+	var suite testsuite.WorkflowTestSuite
+	suite.SetMetricsHandler(recordingHandler{rec: rec})
+	env := suite.NewTestActivityEnvironment()
+	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
+	(&Activities{Provider: provider, HeartbeatInterval: time.Hour}).Register(env)
+	return env, provider, rec
+}
+
+func TestLeaseActivitiesCountCreatedDestroyedLeakedAndCompensations(t *testing.T) {
+	env, provider, rec := newMeteredEnv(t)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(lease, nil)
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), rec.counter(metrics.LeasesCreated))
+	assert.Zero(t, rec.counter(metrics.Compensations), "a first lease is no compensation")
+
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil)
+	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return([]sandbox.Lease{
+		{ID: "sbx-2", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
+		{ID: "sbx-3", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
+	}, nil)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{ID: "sbx-4"}, nil)
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-2").Return(nil)
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-3").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	_, err = env.ExecuteActivity(NameAcquireFreshLease, AcquireFreshLeaseInput{Replacing: "sbx-1", RunKey: "run-a", Generation: 1})
+	require.Error(t, err, "the sweep failed on sbx-3")
+	assert.Equal(t, int64(2), rec.counter(metrics.LeasesDestroyed), "the replaced lease and the one orphan destroyed")
+	assert.Equal(t, int64(1), rec.counter(metrics.LeaksSuspected))
+	assert.Zero(t, rec.counter(metrics.Compensations), "no fresh lease yet")
+
+	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return([]sandbox.Lease{
+		{ID: "sbx-3", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
+	}, nil)
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-3").Return(nil)
+	_, err = env.ExecuteActivity(NameAcquireFreshLease, AcquireFreshLeaseInput{RunKey: "run-a", Generation: 1})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), rec.counter(metrics.Compensations), "a successful AcquireFreshLease is one compensation")
+	assert.Equal(t, int64(2), rec.counter(metrics.LeasesCreated))
+	assert.Equal(t, int64(3), rec.counter(metrics.LeasesDestroyed))
+	assert.Equal(t, int64(2), rec.counter(metrics.LeaksSuspected))
+}
+
+func TestCreateLeaseCountsACleanupErrorByReason(t *testing.T) {
+	env, provider, rec := newMeteredEnv(t)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	require.Error(t, err)
+	assert.Equal(t, int64(1), rec.counter(metrics.CleanupErrors, string(sandbox.TerminationUnconfirmed)))
+	assert.Zero(t, rec.counter(metrics.LeasesCreated))
+
+	// The same failure, but the sandbox can be destroyed: no cleanup error.
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(nil)
+	_, err = env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	require.Error(t, err)
+	assert.Equal(t, int64(1), rec.counter(metrics.CleanupErrors, string(sandbox.TerminationUnconfirmed)))
+	assert.Equal(t, int64(1), rec.counter(metrics.LeasesDestroyed))
+}
+
+func TestExecuteCountsBytesDurationAndFailures(t *testing.T) {
+	env, provider, rec := newMeteredEnv(t)
+	run := func(err error) {
+		provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
+			DoAndReturn(func(_ context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
+				obs.Started(sandbox.Process{ID: "proc-1"})
+				obs.Output(sandbox.Chunk{Seq: 1, Stream: sandbox.Stdout, Text: "hello", Bytes: 5})
+				obs.Output(sandbox.Chunk{Seq: 2, Stream: sandbox.Stderr, Text: "oops", Bytes: 4})
+				obs.Output(sandbox.Chunk{Seq: 3, Stream: sandbox.Stdout, Text: "!", Bytes: 1})
+				return sandbox.Result{ExitCode: 1}, err
+			})
+		_, _ = env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
+	}
+
+	run(nil)
+	assert.Equal(t, int64(6), rec.counter(metrics.OutputBytes, string(sandbox.Stdout)))
+	assert.Equal(t, int64(4), rec.counter(metrics.OutputBytes, string(sandbox.Stderr)))
+	assert.Equal(t, 1, rec.timer(metrics.CommandDuration), "a non-zero exit is a result: timed")
+
+	run(&sandbox.ConnectionExhaustedError{LeaseID: lease.ID, ProcessID: "proc-1", Attempts: 4})
+	assert.Equal(t, int64(1), rec.counter(metrics.ConnectionExhaustionRetries))
+	run(&sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: lease.ID})
+	assert.Equal(t, int64(1), rec.counter(metrics.CleanupErrors, string(sandbox.CreationUnconfirmed)))
+	assert.Equal(t, 1, rec.timer(metrics.CommandDuration), "failed attempts are not timed")
+	assert.Equal(t, int64(18), rec.counter(metrics.OutputBytes, string(sandbox.Stdout)), "bytes read count whatever the outcome")
+
+	// A re-attached command started in an earlier attempt: its duration is
+	// unknown here, so it is not timed.
+	env.SetHeartbeatDetails(ExecuteProgress{Process: sandbox.Process{ID: "proc-7"}})
+	provider.EXPECT().Attach(gomock.Any(), lease, sandbox.Process{ID: "proc-7"}, gomock.Any()).Return(sandbox.Result{}, nil)
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rec.timer(metrics.CommandDuration))
 }

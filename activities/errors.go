@@ -21,6 +21,15 @@ type CleanupDetails struct {
 // the sandbox taxonomy: a provider bug, since Provider promises typed errors.
 const TypeUnexpected = "SandboxUnexpectedError"
 
+// fail is classify for an activity's final error, counted first by the
+// metrics that follow failures (cleanup errors, lost output connections).
+func fail(ctx context.Context, err error) error {
+	if err != nil {
+		meterOf(ctx).failed(err)
+	}
+	return classify(err)
+}
+
 // classify turns a provider error into the failure an activity returns: a
 // top-level *temporal.ApplicationError typed by the sandbox taxonomy, with
 // retryability decided here rather than by a retry policy. Context errors

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -73,13 +75,14 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 		}
 	}
 
-	progress := &progressRecorder{ctx: ctx}
+	m := meterOf(ctx)
+	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters()}
 	stop := a.keepHeartbeating(ctx, progress.snapshot)
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
 	if previous.Process.ID != "" && !previous.Ended {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
-		progress.Started(previous.Process)
+		progress.follow(previous.Process)
 		result, err = a.Provider.Attach(runCtx, lease, previous.Process, progress)
 	} else {
 		result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
@@ -94,9 +97,12 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	}
 	// Otherwise this attempt is done with the process: it exited, or the
 	// provider killed it (or reported why it could not).
-	progress.end()
+	started := progress.end()
 	if err != nil {
-		return sandbox.Result{}, classify(err)
+		return sandbox.Result{}, fail(ctx, err)
+	}
+	if !started.IsZero() {
+		m.commandEnded(started)
 	}
 	return result, nil
 }
@@ -193,16 +199,29 @@ func (a *Activities) withSecrets(ctx context.Context, cmd sandbox.Command, secre
 	return cmd, nil
 }
 
-// progressRecorder follows a running command for Execute's heartbeats.
+// progressRecorder follows a running command for Execute's heartbeats and
+// its metrics.
 type progressRecorder struct {
-	ctx      context.Context
-	mu       sync.Mutex
-	progress ExecuteProgress
+	ctx   context.Context
+	bytes map[sandbox.Stream]client.MetricsCounter // output bytes by stream
+
+	mu        sync.Mutex
+	progress  ExecuteProgress
+	startedAt time.Time // when this attempt's provider created the process
 }
 
 // Started records the process and heartbeats at once: from now on a worker
 // crash must lead to a re-attach, not a second run.
 func (r *progressRecorder) Started(p sandbox.Process) {
+	r.mu.Lock()
+	r.startedAt = time.Now()
+	r.mu.Unlock()
+	r.follow(p)
+}
+
+// follow records the process that this attempt follows, started by it or
+// by an earlier attempt, and heartbeats at once.
+func (r *progressRecorder) follow(p sandbox.Process) {
 	r.mu.Lock()
 	r.progress.Process = p
 	r.mu.Unlock()
@@ -214,6 +233,9 @@ func (r *progressRecorder) Output(c sandbox.Chunk) {
 	r.progress.Cursor = c.Seq
 	r.progress.Bytes += int64(c.Bytes)
 	r.mu.Unlock()
+	if counter, ok := r.bytes[c.Stream]; ok {
+		counter.Inc(int64(c.Bytes))
+	}
 }
 
 func (r *progressRecorder) snapshot() any {
@@ -222,10 +244,13 @@ func (r *progressRecorder) snapshot() any {
 	return r.progress
 }
 
-// end records that this attempt is done with the process.
-func (r *progressRecorder) end() {
+// end records that this attempt is done with the process, and returns when
+// the attempt created it (zero when it re-attached, or no process began).
+func (r *progressRecorder) end() (startedAt time.Time) {
 	r.mu.Lock()
 	r.progress.Ended = true
+	startedAt = r.startedAt
 	r.mu.Unlock()
 	activity.RecordHeartbeat(r.ctx, r.snapshot())
+	return startedAt
 }

@@ -73,7 +73,7 @@ func (a *Activities) CreateLease(ctx context.Context, in CreateLeaseInput) (sand
 	stop := a.keepHeartbeating(ctx, nil)
 	defer stop()
 	lease, err := a.create(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
-	return lease, classify(err)
+	return lease, fail(ctx, err)
 }
 
 // DestroyLease destroys a lease; a lease that is already gone is success.
@@ -86,6 +86,7 @@ func (a *Activities) DestroyLease(ctx context.Context, in DestroyLeaseInput) err
 		if err := a.Provider.DestroyLease(ctx, in.LeaseID); err != nil {
 			return classify(err)
 		}
+		meterOf(ctx).leaseDestroyed()
 	}
 	if in.RunKey == "" {
 		return nil
@@ -109,6 +110,7 @@ func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLease
 		if err := a.Provider.DestroyLease(ctx, in.Replacing); err != nil {
 			return sandbox.Lease{}, classify(err)
 		}
+		meterOf(ctx).leaseDestroyed()
 	}
 	err := a.sweep(ctx, in.RunKey, func(l sandbox.Lease) bool {
 		gen, err := strconv.Atoi(l.Labels[LabelGeneration])
@@ -118,7 +120,11 @@ func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLease
 		return sandbox.Lease{}, classify(err)
 	}
 	lease, err := a.create(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
-	return lease, classify(err)
+	if err != nil {
+		return sandbox.Lease{}, fail(ctx, err)
+	}
+	meterOf(ctx).compensation()
+	return lease, nil
 }
 
 // maxGoneCreates bounds how many gone sandboxes one create steps over.
@@ -138,13 +144,20 @@ const maxGoneCreates = 3
 // that works, the run has lost nothing but the setup failure, which is
 // returned as it is (and usually retried), instead of a cleanup error that
 // would cost a compensation.
+//
+// Each lease it returns counts as created.
 func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 	for steps := 0; ; steps++ {
 		lease, err := a.Provider.CreateLease(ctx, spec)
+		if err == nil {
+			meterOf(ctx).leaseCreated()
+			return lease, nil
+		}
 		var cleanup *sandbox.CleanupError
 		if errors.As(err, &cleanup) && cleanup.ProcessID == "" && cleanup.LeaseID != "" && cleanup.Err != nil {
 			if a.Provider.DestroyLease(ctx, cleanup.LeaseID) == nil {
 				activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
+				meterOf(ctx).leaseDestroyed()
 				err = cleanup.Err
 			}
 		}
@@ -157,8 +170,9 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 	}
 }
 
-// sweep destroys the run's leases that doom selects. A provider that
-// cannot list by label has nothing to sweep; that is logged, not fatal.
+// sweep destroys the run's leases that doom selects: orphans, each a
+// suspected leak. A provider that cannot list by label has nothing to
+// sweep; that is logged, not fatal.
 func (a *Activities) sweep(ctx context.Context, runKey string, doom func(sandbox.Lease) bool) error {
 	leases, err := a.Provider.ListLeases(ctx, map[string]string{LabelRun: runKey})
 	var api *sandbox.APIError
@@ -177,6 +191,7 @@ func (a *Activities) sweep(ctx context.Context, runKey string, doom func(sandbox
 		if err := a.Provider.DestroyLease(ctx, l.ID); err != nil {
 			return fmt.Errorf("sweep orphaned lease %s: %w", l.ID, err)
 		}
+		meterOf(ctx).orphanDestroyed()
 	}
 	return nil
 }
