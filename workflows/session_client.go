@@ -10,8 +10,9 @@ import (
 // SessionClient drives a session from ordinary Go code (a CLI, a service):
 // each method sends one Update and waits for its outcome.
 type SessionClient struct {
-	c  client.Client
-	id string
+	c     client.Client
+	id    string
+	runID string // of the first run, when this client started it
 }
 
 // StartSession starts a SessionWorkflow with opts (its TaskQueue is
@@ -27,7 +28,7 @@ func StartSession(ctx context.Context, c client.Client, opts client.StartWorkflo
 	if err != nil {
 		return nil, err
 	}
-	return &SessionClient{c: c, id: run.GetID()}, nil
+	return &SessionClient{c: c, id: run.GetID(), runID: run.GetRunID()}, nil
 }
 
 // AttachSessionClient returns a client of a running session, by its
@@ -38,6 +39,11 @@ func AttachSessionClient(c client.Client, sessionID string) *SessionClient {
 
 // ID is the session's workflow id: the reference to give to others.
 func (s *SessionClient) ID() string { return s.id }
+
+// FirstRunID is the run id the session started with, when this client
+// started it (the session continues as new under later run ids), and ""
+// for an attached client.
+func (s *SessionClient) FirstRunID() string { return s.runID }
 
 // Execute runs a command in the session, after the commands already
 // queued. An invalid command is rejected before anything is sent.

@@ -9,10 +9,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
-const usage = "usage: starter [flags] -- cmd [args...]"
+const usage = "usage: starter [flags] -- cmd [args...]  (or: starter [flags] --script FILE)"
 
 // options is a parsed command line.
 type options struct {
@@ -21,18 +22,43 @@ type options struct {
 	taskQueue  string
 	detach     bool
 	json       bool
+	// then are the commands to run after the first, in the same session:
+	// shell lines, each run as `sh -c LINE`. With any of them the starter
+	// opens a session instead of starting RunCommand.
+	then []string
+}
+
+// session reports whether the command line asks for several commands in
+// one session.
+func (o options) session() bool { return len(o.then) > 0 }
+
+// commands are the commands of a session, in order. Every one has the
+// first command's cwd, environment and timeout; only the first gets stdin.
+func (o options) commands() []sandbox.Command {
+	var cmds []sandbox.Command
+	if len(o.request.Command.Argv) > 0 {
+		cmds = append(cmds, o.request.Command)
+	}
+	for _, line := range o.then {
+		cmd := o.request.Command
+		cmd.Argv = []string{"sh", "-c", line}
+		if len(cmds) > 0 {
+			cmd.Stdin = nil
+		}
+		cmds = append(cmds, cmd)
+	}
+	return cmds
 }
 
 // parseArgs reads the command line. Errors are one line, fit for a user.
 func parseArgs(args []string, stdin io.Reader) (options, error) {
 	var o options
-	dash := slices.Index(args, "--")
-	if dash < 0 {
-		return o, fmt.Errorf("missing `--` before the command (%s)", usage)
-	}
-	flagArgs, command := args[:dash], args[dash+1:]
-	if len(command) == 0 {
-		return o, fmt.Errorf("no command after `--` (%s)", usage)
+	flagArgs, command := args, []string(nil)
+	if dash := slices.Index(args, "--"); dash >= 0 {
+		flagArgs, command = args[:dash], args[dash+1:]
+		if len(command) == 0 {
+			return o, fmt.Errorf("no command after `--` (%s)", usage)
+		}
 	}
 
 	fs := flag.NewFlagSet("starter", flag.ContinueOnError)
@@ -53,7 +79,13 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
 	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
 	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")
-	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout (one line per command in a session)")
+	fs.Func("then", "run this shell `LINE` next, in the same session and workspace (repeatable)", func(line string) error {
+		o.then = append(o.then, line)
+		return nil
+	})
+	var script string
+	fs.StringVar(&script, "script", "", "run each line of `FILE` as a shell command, in order, in one session (# starts a comment)")
 	if err := fs.Parse(flagArgs); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, fmt.Errorf("%s; flags: %s", usage, flagNames(fs))
@@ -67,7 +99,23 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 		return o, fmt.Errorf("%v (%s)", err, usage)
 	}
 	if fs.NArg() > 0 {
+		if command == nil {
+			return o, fmt.Errorf("missing `--` before the command (%s)", usage)
+		}
 		return o, fmt.Errorf("unexpected argument %q before `--` (%s)", fs.Arg(0), usage)
+	}
+	if script != "" {
+		lines, err := readScript(script)
+		if err != nil {
+			return o, err
+		}
+		o.then = append(o.then, lines...)
+	}
+	if command == nil && len(o.then) == 0 {
+		return o, fmt.Errorf("missing `--` before the command (%s)", usage)
+	}
+	if o.session() && (o.detach || o.request.KeepLease) {
+		return o, errors.New("--detach and --keep-lease run one command; a session (--then, --script) ends with its lease")
 	}
 
 	o.request.Command.Argv = command
@@ -94,10 +142,34 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	if o.request.Command.Timeout < 0 {
 		return o, errors.New("--timeout must not be negative")
 	}
-	if err := o.request.Validate(); err != nil {
-		return o, err
+	for _, cmd := range o.commands() {
+		req := o.request
+		req.Command = cmd
+		if err := req.Validate(); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
+}
+
+// readScript reads the commands of a --script file: its lines, without
+// blank lines and comments.
+func readScript(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--script: %v", err)
+	}
+	var lines []string
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("--script: %s holds no command", path)
+	}
+	return lines, nil
 }
 
 func flagNames(fs *flag.FlagSet) string {

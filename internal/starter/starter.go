@@ -75,6 +75,9 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		startOpts.TypedSearchAttributes = temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
 	}
+	if opts.session() {
+		return runSession(ctx, c, startOpts, opts, stdio, started)
+	}
 	run, err := c.ExecuteWorkflow(ctx, startOpts, workflows.WorkflowName, opts.request)
 	if err != nil {
 		fmt.Fprintf(stdio.Stderr, "starter: cannot start the run: %v\n", oneLine(err))
@@ -139,7 +142,7 @@ type jsonResult struct {
 	FreshLeases int    `json:"freshLeases"`
 }
 
-func writeJSON(stdio IO, r jsonResult) int {
+func writeJSON(stdio IO, r any) int {
 	if err := json.NewEncoder(stdio.Stdout).Encode(r); err != nil {
 		fmt.Fprintf(stdio.Stderr, "starter: %v\n", err)
 		return ExitRunFailed

@@ -88,3 +88,45 @@ func TestTemporalUnreachableIsOneClearLine(t *testing.T) {
 	assert.Contains(t, stderr.String(), "cannot reach Temporal at "+addr)
 	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
 }
+
+func TestParseArgsBuildsASession(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "steps")
+	require.NoError(t, os.WriteFile(script, []byte("# build, then test\nmake build\n\n  make test  \n"), 0o600))
+	o, err := parseArgs([]string{"--env", "A=1", "--stdin", "-", "--then", "ls -l", "--script", script, "--", "git", "clone", "x"}, strings.NewReader("in"))
+	require.NoError(t, err)
+	require.True(t, o.session())
+	cmds := o.commands()
+	require.Len(t, cmds, 4)
+	assert.Equal(t, []string{"git", "clone", "x"}, cmds[0].Argv)
+	assert.Equal(t, []byte("in"), cmds[0].Stdin, "the first command gets stdin")
+	for i, line := range []string{"ls -l", "make build", "make test"} {
+		assert.Equal(t, []string{"sh", "-c", line}, cmds[i+1].Argv)
+		assert.Nil(t, cmds[i+1].Stdin, "only the first command gets stdin")
+		assert.Equal(t, map[string]string{"A": "1"}, cmds[i+1].Env, "every command gets the environment")
+	}
+
+	o, err = parseArgs([]string{"--script", script}, nil)
+	require.NoError(t, err, "a script needs no first command")
+	assert.Len(t, o.commands(), 2)
+}
+
+func TestSessionUsageErrors(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty")
+	require.NoError(t, os.WriteFile(empty, []byte("# nothing\n\n"), 0o600))
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"empty script":      {[]string{"--script", empty}, "holds no command"},
+		"missing script":    {[]string{"--script", filepath.Join(t.TempDir(), "none")}, "--script: open"},
+		"detached session":  {[]string{"--detach", "--then", "true", "--", "true"}, "a session (--then, --script) ends with its lease"},
+		"NUL in a then":     {[]string{"--then", "echo a\x00b", "--", "true"}, "contains a NUL byte"},
+		"no command at all": {[]string{"--json"}, "missing `--` before the command"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseArgs(tc.args, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
