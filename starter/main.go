@@ -8,6 +8,10 @@
 // go.temporal.io/sdk/contrib/envconfig). Exit codes: the command's own;
 // 124 when it timed out; 128+n when signal n killed it; 2 for a bad command
 // line; 125 when the run failed or could not start; 130 when interrupted.
+//
+// When SANDBOXFLOW_CODEC_KEYS or SANDBOXFLOW_CODEC_KEYS_FILE holds a key
+// ring, the command, its input and its result travel encrypted (see package
+// codec): the worker must hold the same ring.
 package main
 
 import (
@@ -19,6 +23,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
 
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/internal/starter"
 )
 
@@ -28,6 +33,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "starter: Temporal client configuration: %v\n", err)
 		os.Exit(starter.ExitUsage)
 	}
+	keys, err := codec.LoadKeys(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starter: %v\n", err)
+		os.Exit(starter.ExitUsage)
+	}
+	temporalOptions.DataConverter, temporalOptions.FailureConverter = codec.DataConverter(keys), codec.FailureConverter(keys)
 	// The SDK's own logs would interleave with the command's output.
 	temporalOptions.Logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: starter.IsTerminal(os.Stderr)}

@@ -7,6 +7,12 @@
 // SANDBOX_API_URL and SANDBOX_API_KEY (or the flags). SIGINT or SIGTERM
 // stop it gracefully: running commands are left running and the next
 // attempt, on another worker, re-attaches to them.
+//
+// It serves Prometheus metrics at /metrics on --metrics-listen
+// (SANDBOXFLOW_METRICS_LISTEN, default 127.0.0.1:9090; empty: none), and
+// encrypts every payload it writes to history when SANDBOXFLOW_CODEC_KEYS or
+// SANDBOXFLOW_CODEC_KEYS_FILE holds a key ring (see package codec); starters
+// must then hold the same ring.
 package main
 
 import (
@@ -20,6 +26,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 )
 
@@ -40,6 +47,20 @@ func main() {
 		fatal("Temporal client configuration: %v", err)
 	}
 	options.Logger = log.NewStructuredLogger(logger)
+	keys, err := codec.LoadKeys(os.Getenv)
+	if err != nil {
+		fatal("%v", err)
+	}
+	options.DataConverter, options.FailureConverter = codec.DataConverter(keys), codec.FailureConverter(keys)
+	if cfg.MetricsListen != "" {
+		m, err := workerapp.ServeMetrics(cfg.MetricsListen)
+		if err != nil {
+			fatal("%v", err)
+		}
+		defer m.Close()
+		options.MetricsHandler = m.Metrics.Handler()
+		logger.Info("serving metrics", "url", m.URL())
+	}
 	c, err := client.Dial(options)
 	if err != nil {
 		fatal("cannot reach Temporal: %v", err)
@@ -50,7 +71,7 @@ func main() {
 	if err != nil {
 		fatal("%v", err)
 	}
-	logger.Info("worker started", "taskQueue", cfg.TaskQueue)
+	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "encryption", keys)
 	if err := w.Run(worker.InterruptCh()); err != nil {
 		fatal("%v", err)
 	}

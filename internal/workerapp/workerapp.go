@@ -1,11 +1,15 @@
 // Package workerapp builds the sandboxflow worker: a Temporal worker with
-// RunCommand and the activities over a CreateOS provider. The worker
-// binary and the dev server both use it.
+// RunCommand and the activities over a CreateOS provider, and its metrics
+// endpoint. The worker binary and the dev server both use it.
+//
+// The sandbox API key lives here only, in Config.Sandbox: it is never part
+// of a workflow's input, and Config prints and logs it redacted.
 package workerapp
 
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -32,7 +36,26 @@ type Config struct {
 	StopTimeout time.Duration
 	// HeartbeatInterval of the activities; 0 means the default.
 	HeartbeatInterval time.Duration
+	// MetricsListen is where the worker binary and the dev stack serve the
+	// worker's metrics at /metrics (see ServeMetrics); "" serves none. New
+	// does not read it: metrics reach Prometheus through the client's
+	// MetricsHandler.
+	MetricsListen string
 }
+
+// Format prints the configuration with the sandbox API key redacted,
+// whatever the verb.
+func (c Config) Format(f fmt.State, verb rune) {
+	type plain Config // no methods: printed field by field
+	redacted := plain(c)
+	if redacted.Sandbox.APIKey != "" {
+		redacted.Sandbox.APIKey = "[redacted]"
+	}
+	fmt.Fprintf(f, "%+v", redacted)
+}
+
+// LogValue logs the configuration as Format prints it.
+func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
 // New creates a worker on c with RunCommand and the activities registered.
 func New(c client.Client, cfg Config) (worker.Worker, error) {
@@ -91,6 +114,8 @@ func Flags(fs *flag.FlagSet, getenv func(string) string) *Config {
 		"least time between two requests; 0 = 300ms off loopback, none on it; negative = none (SANDBOX_PACE_INTERVAL)")
 	fs.StringVar(&cfg.SecretPrefix, "secret-prefix", env("SANDBOXFLOW_SECRET_PREFIX", "SANDBOXFLOW_SECRET_"), "environment prefix of command secrets")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 30*time.Second, "how long a stopping worker lets activities finish")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", env("SANDBOXFLOW_METRICS_LISTEN", DefaultMetricsListen),
+		`serve Prometheus metrics at /metrics on this address; "" serves none (SANDBOXFLOW_METRICS_LISTEN)`)
 	return cfg
 }
 
