@@ -1,7 +1,9 @@
 // Package workflows runs commands in sandboxes as Temporal workflows.
 //
-// [RunCommand] is the workflow; [Run] runs the same steps inline from your
-// own workflow code. Both read top to bottom as:
+// [RunCommand] is the workflow of one command; [Run] runs the same steps
+// inline from your own workflow code. [SessionWorkflow] runs many commands
+// on one lease (see Sessions below). RunCommand and Run read top to bottom
+// as:
 //
 //	CreateLease (or use Request.LeaseID)
 //	Execute
@@ -42,11 +44,39 @@
 //	                   (24 h without one)
 //	DestroyLease       5 min a try, 24 h all 30 s       unlimited within 24 h, 1 s → 1 min
 //	AcquireFreshLease  10 min                30 s       5 attempts, 1 s → 30 s
+//	PauseLease,        2 min                 30 s       5 attempts, 1 s → 30 s
+//	  ResumeLease (sessions)
 //
 // Every non-retryable type of the sandbox taxonomy is also listed in the
 // retry policies' NonRetryableErrorTypes; activities mark each failure
 // retryable or not themselves, so the policies cannot get it wrong.
 // Request.ActivityOptions overrides any of these.
+//
+// # Sessions
+//
+// A session owns one lease and runs commands on it one at a time, in the
+// order its Updates were accepted, each through the same Execute activity
+// and the same compensation as RunCommand:
+//
+//	Update   input            returns         what it does
+//	execute  SessionCommand   SessionResult   runs the command; a cleanup error replaces the
+//	                                          lease, runs the command again on the fresh one and
+//	                                          sets WorkspaceReset
+//	pause    —                SessionState    pauses the lease (the next command resumes it)
+//	resume   —                SessionState    resumes it
+//	close    —                SessionSummary  runs what is queued, destroys the lease, ends
+//	query state               SessionState
+//
+// The execute validator rejects an invalid command before it enters
+// history; a closing session rejects every Update (SandboxSessionClosed).
+// An idle lease is paused after IdleTimeout (5 min). After CommandsPerRun
+// commands (200), or when Temporal suggests it, the session continues as
+// new, carrying its lease. Cancelling it destroys the lease; from a
+// workflow, OpenSession starts it as a child with the parent-close policy
+// REQUEST_CANCEL, so a parent that ends without closing it still releases
+// the lease. Any workflow can use a running session by its id
+// (AttachSession): workflows send Updates through the UpdateSession
+// activity. Go code uses SessionClient (StartSession, AttachSessionClient).
 //
 // # In the Web UI
 //

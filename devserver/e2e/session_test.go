@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+func TestStarterRunsCommandsInOneSession(t *testing.T) {
+	code, stdout, stderr := runStarter(t, "",
+		"--env", "WHO=world", "--then", "cat note; echo $WHO", "--then", "exit 4", "--then", "echo never",
+		"--", "sh", "-c", "echo hello > note")
+	assert.Equal(t, 4, code, stderr)
+	assert.Equal(t, "hello\nworld\n", stdout, "the second command sees the first one's file; the fourth never runs")
+}
+
+func TestStarterSessionFromAScriptAsJSON(t *testing.T) {
+	script := t.TempDir() + "/steps"
+	require.NoError(t, os.WriteFile(script, []byte("# one line a command\necho one > f\ncat f\n"), 0o600))
+	code, stdout, stderr := runStarter(t, "", "--json", "--script", script)
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 2, stdout)
+	assert.Contains(t, lines[1], `"stdout":"one\n"`)
+	assert.Contains(t, lines[1], `"seq":2`)
+}
+
+// sessionWorker runs the test's own workflows, the sandboxflow workflows
+// and their activities on a task queue of its own.
+func sessionWorker(t *testing.T, register func(worker.Worker)) string {
+	t.Helper()
+	s := stackOf(t)
+	queue := "e2e-" + strings.ReplaceAll(t.Name(), "/", "-")
+	provider, err := s.Provider(createos.Config{})
+	require.NoError(t, err)
+	w := worker.New(s.Client, queue, worker.Options{})
+	workflows.Register(w, provider)
+	register(w)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return queue
+}
+
+// writeThenRead opens a session, writes a file in its workspace, lets
+// another workflow read it through the session by reference, and closes
+// the session.
+func writeThenRead(ctx workflow.Context) (string, error) {
+	sess, err := workflows.OpenSession(ctx, workflows.SessionRequest{})
+	if err != nil {
+		return "", err
+	}
+	if _, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo shared > f"}}}); err != nil {
+		return "", err
+	}
+	var read string
+	if err := workflow.ExecuteChildWorkflow(ctx, readThroughSession, sess.ID).Get(ctx, &read); err != nil {
+		return "", err
+	}
+	if _, err := sess.Close(ctx); err != nil {
+		return "", err
+	}
+	return read, nil
+}
+
+// readThroughSession attaches to a session it did not open.
+func readThroughSession(ctx workflow.Context, sessionID string) (string, error) {
+	res, err := workflows.AttachSession(sessionID).Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
+	return res.Stdout, err
+}
+
+func TestWorkflowsShareASessionByReference(t *testing.T) {
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	queue := sessionWorker(t, func(w worker.Worker) {
+		w.RegisterWorkflow(writeThenRead)
+		w.RegisterWorkflow(readThroughSession)
+	})
+	run, err := stackOf(t).Client.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: queue}, writeThenRead)
+	require.NoError(t, err)
+	var read string
+	require.NoError(t, run.Get(t.Context(), &read))
+	assert.Equal(t, "shared\n", read)
+}
+
+// openAndLeave opens a session, runs a command and returns without
+// closing it: the parent-close policy must clean up.
+func openAndLeave(ctx workflow.Context) (string, error) {
+	sess, err := workflows.OpenSession(ctx, workflows.SessionRequest{})
+	if err != nil {
+		return "", err
+	}
+	res, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
+	return res.LeaseID, err
+}
+
+func TestParentCloseDestroysTheSessionsLease(t *testing.T) {
+	queue := sessionWorker(t, func(w worker.Worker) { w.RegisterWorkflow(openAndLeave) })
+	s := stackOf(t)
+	run, err := s.Client.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: queue}, openAndLeave)
+	require.NoError(t, err)
+	var leaseID string
+	require.NoError(t, run.Get(t.Context(), &leaseID))
+	require.NotEmpty(t, leaseID)
+
+	// The parent is closed; the session is cancelled and destroys its lease.
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, testsuite.CheckNothingLeaked(s.Sandbox))
+	}, 30*time.Second, 50*time.Millisecond)
+}
