@@ -23,6 +23,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflowWithOptions(RunCommand, workflow.RegisterOptions{Name: WorkflowName})
+			replayer.RegisterWorkflowWithOptions(SessionWorkflow, workflow.RegisterOptions{Name: SessionWorkflowName})
 			logger := sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file))
 		})

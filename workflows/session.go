@@ -206,15 +206,11 @@ func (s *session) serve(ctx workflow.Context) (SessionSummary, error) {
 func (s *session) next(ctx workflow.Context) (*operation, error) {
 	hasWork := func() bool { return len(s.queue) > 0 }
 	if !hasWork() && s.r.lease != nil && !s.paused && s.idleTimeout > 0 {
-		s.setPhase(ctx, PhaseIdle)
-		busy, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
-			Timeout:      s.idleTimeout,
-			TimerOptions: workflow.TimerOptions{Summary: "idle: pause the lease after " + s.idleTimeout.String()},
-		}, hasWork)
+		idle, err := s.waitIdle(ctx, hasWork)
 		if err != nil {
 			return nil, err
 		}
-		if !busy {
+		if idle {
 			if err := s.pause(ctx); err != nil {
 				workflow.GetLogger(ctx).Warn("could not pause the idle lease", "lease", s.r.state.LeaseID, "error", err)
 			}
@@ -226,6 +222,21 @@ func (s *session) next(ctx workflow.Context) (*operation, error) {
 	op := s.queue[0]
 	s.queue = s.queue[1:]
 	return op, nil
+}
+
+// waitIdle waits until there is work or the idle timeout passes, and
+// reports the latter. The timer is cancelled when work comes first, so
+// that a busy session does not leave a timer behind every command.
+func (s *session) waitIdle(ctx workflow.Context, hasWork func() bool) (idle bool, err error) {
+	s.setPhase(ctx, PhaseIdle)
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	timer := workflow.NewTimerWithOptions(timerCtx, s.idleTimeout,
+		workflow.TimerOptions{Summary: "idle: pause the lease after " + s.idleTimeout.String()})
+	if err := workflow.Await(ctx, func() bool { return hasWork() || timer.IsReady() }); err != nil {
+		return false, err
+	}
+	return !hasWork() && timer.Get(ctx, nil) == nil, nil
 }
 
 // carryOut performs one operation and records its outcome in op.

@@ -3,10 +3,11 @@
 // (workflows/testdata/*.json): if a change to the workflow code breaks
 // determinism, replaying these fails CI.
 //
-//	cd devserver && go run ./cmd/histories -out ../workflows/testdata
+//	cd devserver && go run ./cmd/histories -out ../workflows/testdata -only NAME
 //
-// Run it again only to add a scenario, never to "fix" a failing replay: a
-// failing replay means running workflows would break.
+// Run it again only to add a scenario (-only records just that one), never
+// to "fix" a failing replay: a failing replay means running workflows would
+// break.
 package main
 
 import (
@@ -37,6 +38,8 @@ type scenario struct {
 	request workflows.Request
 	rule    *testsuite.Rule // a fault on the worker's way to the sandbox
 	cancel  bool            // cancel once the command runs
+	// session, when set, records a SessionWorkflow instead, driven by it.
+	session func(context.Context, *workflows.SessionClient) error
 }
 
 func scenarios() []scenario {
@@ -50,19 +53,47 @@ func scenarios() []scenario {
 			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Fault: testsuite.Status(502)}},
 		{name: "kept_lease", request: workflows.Request{Command: shell("true"), KeepLease: true}},
 		{name: "canceled", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}}}, cancel: true},
+		// A session: a command, a second whose create response is lost
+		// (compensated on a fresh lease), a rejected one, pause, a third
+		// command that resumes the lease, close.
+		{name: "session", session: driveSession,
+			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", After: 1, Times: 1, Fault: testsuite.DropResponse()}},
 	}
+}
+
+func driveSession(ctx context.Context, sess *workflows.SessionClient) error {
+	shell := func(script string) workflows.SessionCommand {
+		return workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}
+	}
+	for _, script := range []string{"echo one > f", "cat f || echo reset"} {
+		if _, err := sess.Execute(ctx, shell(script)); err != nil {
+			return err
+		}
+	}
+	if _, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{""}}}); err == nil {
+		return errors.New("an invalid command was accepted")
+	}
+	if _, err := sess.Pause(ctx); err != nil {
+		return err
+	}
+	if _, err := sess.Execute(ctx, shell("echo three")); err != nil {
+		return err
+	}
+	_, err := sess.Close(ctx)
+	return err
 }
 
 func main() {
 	out := flag.String("out", "../workflows/testdata", "directory to write <scenario>.json into")
+	only := flag.String("only", "", "record only this scenario")
 	flag.Parse()
-	if err := record(context.Background(), *out); err != nil {
+	if err := record(context.Background(), *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "histories:", err)
 		os.Exit(1)
 	}
 }
 
-func record(ctx context.Context, out string) error {
+func record(ctx context.Context, out, only string) error {
 	s, err := stack.Start(ctx, stack.Options{
 		Temporal:   temporalserver.Options{UIPort: temporalserver.NoUI},
 		FaultProxy: true,
@@ -75,6 +106,9 @@ func record(ctx context.Context, out string) error {
 	proxy := s.Proxy
 
 	for _, sc := range scenarios() {
+		if only != "" && sc.name != only {
+			continue
+		}
 		proxy.ClearRules()
 		if sc.rule != nil {
 			proxy.AddRule(*sc.rule)
@@ -88,8 +122,18 @@ func record(ctx context.Context, out string) error {
 }
 
 func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) error {
-	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "history-" + sc.name, TaskQueue: workflows.DefaultTaskQueue},
-		workflows.WorkflowName, sc.request)
+	opts := client.StartWorkflowOptions{ID: "history-" + sc.name, TaskQueue: workflows.DefaultTaskQueue}
+	if sc.session != nil {
+		sess, err := workflows.StartSession(ctx, s.Client, opts, workflows.SessionRequest{})
+		if err != nil {
+			return err
+		}
+		if err := sc.session(ctx, sess); err != nil {
+			return err
+		}
+		return writeHistory(ctx, s, sess.ID(), sess.FirstRunID(), path)
+	}
+	run, err := s.Client.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, sc.request)
 	if err != nil {
 		return err
 	}
@@ -102,9 +146,13 @@ func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) er
 		}
 	}
 	_ = run.Get(ctx, nil) // failures are scenarios too
+	return writeHistory(ctx, s, run.GetID(), run.GetRunID(), path)
+}
 
+// writeHistory writes a run's whole history as JSON.
+func writeHistory(ctx context.Context, s *stack.Stack, workflowID, runID, path string) error {
 	history := &historypb.History{}
-	iter := s.Client.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, 0)
+	iter := s.Client.GetWorkflowHistory(ctx, workflowID, runID, false, 0)
 	for iter.HasNext() {
 		event, err := iter.Next()
 		if err != nil {
