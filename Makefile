@@ -4,6 +4,8 @@
 
 GO  ?= go
 CMD ?= sh -c 'echo hello from a sandbox; uname -a'
+# ARGS: flags for devserver run and the starter, e.g. ARGS="--then 'cat f'"
+ARGS ?=
 RUNS ?= 500
 FAULT_RATE ?= 0.2
 
@@ -11,7 +13,7 @@ FAULT_RATE ?= 0.2
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
 run: bin/devserver
-	bin/devserver run -- $(CMD)
+	bin/devserver run $(ARGS) -- $(CMD)
 
 ## dev: the whole stack until Ctrl-C (Temporal :7233, Web UI :8233, sandbox :7575)
 dev: bin/devserver
