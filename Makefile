@@ -9,7 +9,7 @@ ARGS ?=
 RUNS ?= 500
 FAULT_RATE ?= 0.2
 
-.PHONY: run dev test test-root test-devserver vet build bench chaos generate clean
+.PHONY: run dev test test-root test-devserver vet build bench chaos webui-check generate clean
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
 run: bin/devserver
@@ -51,6 +51,18 @@ bench:
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost
 chaos:
 	cd devserver && $(GO) run ./cmd/chaos -runs $(RUNS) -fault-rate $(FAULT_RATE)
+
+## webui-check: open a compensated run in the embedded Web UI in headless Chromium (installed if missing), check its pages show it, save docs/webui-compensated.png
+webui-check:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "webui-check: Chromium is missing; install it as root (sudo apt-get update && sudo apt-get install -y chromium), then run make webui-check again" >&2; \
+			exit 1; \
+		fi; \
+		echo "webui-check: installing Debian's chromium package"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	fi
+	cd devserver && $(GO) run ./cmd/webuicheck -chromium /usr/bin/chromium -out ../docs/webui-compensated.png
 
 ## generate: regenerate the committed mocks
 generate:

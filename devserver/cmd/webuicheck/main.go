@@ -1,0 +1,73 @@
+// Command webuicheck is the browser check of the embedded Temporal Web UI:
+// it boots the development stack, makes one RunCommand run compensate,
+// opens that run's pages in headless Chromium, checks that the rendered
+// pages really show the run, and saves a screenshot of its timeline.
+//
+//	cd devserver && go run ./cmd/webuicheck -out ../docs/webui-compensated.png
+//
+// `make webui-check` installs Chromium (Debian's chromium package) when it
+// is missing and runs this.
+//
+// The run compensates because a FaultProxy between the worker and the
+// sandbox server drops the response to the first process-create request:
+// the command started, but the worker cannot know it, so Execute fails
+// with SandboxCleanupError and the workflow destroys the lease, acquires a
+// fresh one (sandboxflow.AcquireFreshLease) and runs the command again.
+//
+// The check fails, with a one-line reason and exit status 1, when the run
+// did not compensate exactly once or printed the wrong thing, when the
+// history the server stored does not look as it should, or when a page
+// Chromium rendered, the run's event history or its timeline, does not
+// name the workflow, the sandboxflow.AcquireFreshLease activity and the
+// command's output. The output is computed by the command, so it is in the
+// run's result only: the page shows it only once the UI has read the
+// result.
+//
+// Chromium runs once per page load, with flags only (--dump-dom,
+// --screenshot, --virtual-time-budget), a new empty profile each time and
+// no background connections; nothing drives it over DevTools.
+//
+// Flags:
+//
+//	-out FILE        where to save the PNG screenshot (default webui-compensated.png)
+//	-chromium PATH   the Chromium binary (default /usr/bin/chromium)
+//	-timeout D       give up after D (default 4m)
+//	-linger          keep serving the Web UI after the check until Ctrl-C
+//	-v               show the stack's logs (warnings and errors)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// config is what the flags set.
+type config struct {
+	out      string
+	chromium string
+	timeout  time.Duration
+	linger   bool
+	verbose  bool
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.out, "out", "webui-compensated.png", "where to save the PNG screenshot")
+	flag.StringVar(&cfg.chromium, "chromium", "/usr/bin/chromium", "the Chromium binary")
+	flag.DurationVar(&cfg.timeout, "timeout", 4*time.Minute, "give up after this long")
+	flag.BoolVar(&cfg.linger, "linger", false, "keep serving the Web UI after the check until Ctrl-C")
+	flag.BoolVar(&cfg.verbose, "v", false, "show the stack's warnings and errors (the injected fault's among them)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := check(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "webuicheck: FAIL:", err)
+		os.Exit(1)
+	}
+}
