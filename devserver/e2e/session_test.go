@@ -118,3 +118,36 @@ func TestParentCloseDestroysTheSessionsLease(t *testing.T) {
 		assert.NoError(c, testsuite.CheckNothingLeaked(s.Sandbox))
 	}, 30*time.Second, 50*time.Millisecond)
 }
+
+func TestIdleSessionIsPausedAndTheNextCommandResumesIt(t *testing.T) {
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	s := stackOf(t)
+	ctx := t.Context()
+	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+		workflows.SessionRequest{IdleTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo kept > f"}}})
+	require.NoError(t, err)
+
+	// The session says it paused the lease, and the sandbox server agrees.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		state, err := sess.State(ctx)
+		require.NoError(c, err)
+		assert.True(c, state.Paused)
+	}, 30*time.Second, 50*time.Millisecond)
+	direct, err := s.Provider(createos.Config{})
+	require.NoError(t, err)
+	lease, err := direct.GetLease(ctx, first.LeaseID)
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.StatusPaused, lease.Status)
+
+	second, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", second.Stdout, "resumed with its workspace")
+	assert.Equal(t, first.LeaseID, second.LeaseID)
+	assert.False(t, second.WorkspaceReset)
+
+	summary, err := sess.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{first.LeaseID}, summary.DestroyedLeases)
+}
