@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -42,7 +42,11 @@ type UpdateSessionOutput struct {
 func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOutput, error) {
 	info := activity.GetInfo(ctx)
 	updateID := info.WorkflowExecution.RunID + "/" + info.ActivityID
-	stop := heartbeatUntilDone(ctx, info.HeartbeatTimeout)
+	interval := activities.DefaultHeartbeatInterval
+	if info.HeartbeatTimeout > 0 {
+		interval = min(interval, info.HeartbeatTimeout/3)
+	}
+	stop := activities.KeepHeartbeating(ctx, interval, nil)
 	defer stop()
 
 	var out UpdateSessionOutput
@@ -94,35 +98,4 @@ func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name 
 		return err
 	}
 	return handle.Get(ctx, out)
-}
-
-// heartbeatUntilDone heartbeats a third of the heartbeat timeout apart
-// until stop is called, so that a dead worker is noticed while a long
-// command runs.
-func heartbeatUntilDone(ctx context.Context, timeout time.Duration) (stop func()) {
-	interval := 5 * time.Second
-	if timeout > 0 {
-		interval = min(interval, timeout/3)
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ticker.C:
-				activity.RecordHeartbeat(ctx)
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
 }
