@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	sdktestsuite "go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/createos"
@@ -102,4 +103,48 @@ func ExampleRun() {
 	}
 	fmt.Println(outputs)
 	// Output: [vet ok tests ok]
+}
+
+// A session in the SDK's test environment, with a real local sandbox
+// server: two commands, sent as Updates, share one workspace; close
+// destroys the lease. (A real client sends them with SessionClient, a
+// workflow with OpenSession.)
+func ExampleSessionWorkflow() {
+	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer ls.Close()
+	provider, err := ls.Provider(createos.Config{})
+	if err != nil {
+		panic(err)
+	}
+	env := testsuite.NewWorkflowEnvironment(provider)
+	show := &sdktestsuite.TestUpdateCallback{
+		OnAccept: func() {},
+		OnReject: func(err error) { fmt.Println("rejected:", err) },
+		OnComplete: func(value any, err error) {
+			if res, ok := value.(workflows.SessionResult); ok {
+				fmt.Printf("%d: %s", res.Seq, res.Stdout)
+			}
+		},
+	}
+	env.RegisterDelayedCallback(func() {
+		for i, script := range []string{"echo kept > f; echo wrote f", "cat f"} {
+			env.UpdateWorkflow(workflows.UpdateExecute, fmt.Sprint("command-", i), show,
+				workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}})
+		}
+		env.UpdateWorkflow(workflows.UpdateClose, "close", show)
+	}, time.Second)
+	env.ExecuteWorkflow(workflows.SessionWorkflow, workflows.SessionRequest{})
+	var summary workflows.SessionSummary
+	if err := env.GetWorkflowResult(&summary); err != nil {
+		fmt.Println("failed:", err)
+		return
+	}
+	fmt.Println("commands:", summary.Commands, "leases destroyed:", len(summary.DestroyedLeases))
+	// Output:
+	// 1: wrote f
+	// 2: kept
+	// commands: 2 leases destroyed: 1
 }
