@@ -19,6 +19,13 @@
 //	--sandbox-url URL     use this sandbox server instead (key: --sandbox-api-key
 //	                      or SANDBOX_API_KEY)
 //	--log-level LEVEL     default info for dev, warn for run
+//	--encrypt             encrypt every payload (see package codec): with the key
+//	                      ring of SANDBOXFLOW_CODEC_KEYS or SANDBOXFLOW_CODEC_KEYS_FILE,
+//	                      else a fresh one that lives as long as the process. Either
+//	                      variable alone turns encryption on too. The Web UI decodes
+//	                      through the stack's codec server.
+//	--metrics-listen ADDR serve the worker's Prometheus metrics at ADDR/metrics
+//	                      (default: none)
 //
 // dev only: --no-worker. run only: --linger (keep serving the Web UI after the
 // run until Ctrl-C; the default when stderr is a terminal).
@@ -34,9 +41,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
-	"go.temporal.io/sdk/client"
-
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/starter"
@@ -73,6 +80,7 @@ func main() {
 type serverFlags struct {
 	opts     stack.Options
 	logLevel string
+	encrypt  bool
 }
 
 func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
@@ -90,7 +98,25 @@ func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
 	fs.StringVar(&f.opts.SandboxAPIKey, "sandbox-api-key", os.Getenv("SANDBOX_API_KEY"), "API key of --sandbox-url (default: SANDBOX_API_KEY)")
 	fs.StringVar(&f.opts.Worker.TaskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "debug, info, warn or error")
+	fs.BoolVar(&f.encrypt, "encrypt", false, "encrypt every payload (keys: SANDBOXFLOW_CODEC_KEYS[_FILE], else a fresh dev ring)")
+	fs.StringVar(&f.opts.Worker.MetricsListen, "metrics-listen", "", "serve the worker's Prometheus metrics on this address at /metrics")
 	return fs, f
+}
+
+// devKeyID names the key ring that --encrypt makes when the environment
+// has none: the time tells an operator which run's histories it encrypted.
+func devKeyID(now time.Time) string { return "dev-" + now.UTC().Format("20060102T150405Z") }
+
+// loadCodec returns the stack's key ring: the environment's (encryption
+// on whenever it has one, as for the worker and the starter), else with
+// --encrypt a fresh one, else none.
+func loadCodec(encrypt bool, getenv func(string) string, now time.Time) (keys *codec.Keys, generated bool, err error) {
+	keys, err = codec.LoadKeys(getenv)
+	if err != nil || keys != nil || !encrypt {
+		return keys, false, err
+	}
+	keys, err = codec.GenerateKeys(devKeyID(now))
+	return keys, err == nil, err
 }
 
 // boot starts the stack, or explains in one line why it cannot.
@@ -100,6 +126,15 @@ func (f *serverFlags) boot(ctx context.Context) (*stack.Stack, error) {
 		return nil, fmt.Errorf("--log-level: %v", err)
 	}
 	f.opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	keys, generated, err := loadCodec(f.encrypt, os.Getenv, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if generated && f.opts.Temporal.DBFile != "" {
+		f.opts.Logger.Warn("payloads are encrypted with a key ring that ends with this process: the next run cannot read these histories; set SANDBOXFLOW_CODEC_KEYS to keep them readable",
+			"keyId", keys.Current(), "db", f.opts.Temporal.DBFile)
+	}
+	f.opts.Codec = keys
 	return stack.Start(ctx, f.opts)
 }
 
@@ -126,6 +161,12 @@ func dev(ctx context.Context, args []string) int {
 	fmt.Println()
 	if s.Worker != nil {
 		fmt.Printf("Worker:    task queue %s\n", f.opts.Worker.TaskQueue)
+	}
+	if s.CodecURL != "" {
+		fmt.Printf("Codec:     %s (payloads encrypted, key id %s; the Web UI decodes through it)\n", s.CodecURL, f.opts.Codec.Current())
+	}
+	if s.MetricsURL != "" {
+		fmt.Printf("Metrics:   %s\n", s.MetricsURL)
 	}
 	fmt.Println("Ctrl-C stops everything.")
 	<-ctx.Done()
@@ -157,8 +198,9 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	// stop the stack under it.
 	stopSignals()
 	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: starter.IsTerminal(os.Stderr)}
-	temporalOptions := client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}
-	code := starter.Main(context.Background(), starterArgs, stdio, temporalOptions, started)
+	// The stack's options: with --encrypt, the starter encrypts the command
+	// and decrypts its result as the worker does.
+	code := starter.Main(context.Background(), starterArgs, stdio, s.ClientOptions(), started)
 	if runURL == "" {
 		return code
 	}

@@ -2,6 +2,12 @@
 // process: an embedded Temporal server with its Web UI, the local sandbox
 // server, and a worker. `devserver dev`, `devserver run`, the end-to-end
 // tests and the reliability matrix all start it the same way.
+//
+// With Options.Codec the stack is encrypted end to end: its client and
+// worker encrypt every payload, the Temporal server stores ciphertext, and
+// the Web UI decodes what it shows through the stack's codec server
+// (Stack.CodecURL). With Options.Worker.MetricsListen it serves the
+// worker's metrics (Stack.MetricsURL).
 package stack
 
 import (
@@ -14,13 +20,16 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"syscall"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
@@ -62,6 +71,13 @@ type Options struct {
 	// the stack's.
 	Worker workerapp.Config
 
+	// Codec, when set, encrypts every payload the stack's client and worker
+	// write (codec.DataConverter and codec.FailureConverter), serves a codec
+	// server on a free loopback port (Stack.CodecURL) and configures the Web
+	// UI to decode through it. Give other clients of the stack
+	// Stack.ClientOptions, or they read ciphertext.
+	Codec *codec.Keys
+
 	// Logger receives the logs of every part. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -81,11 +97,23 @@ type Stack struct {
 	// Proxy is the fault proxy in front of the sandbox server, with
 	// Options.FaultProxy; the worker reaches the sandbox through it.
 	Proxy *testsuite.FaultProxy
+	// CodecURL is the codec server's base URL (the Web UI posts to
+	// CodecURL/decode), with Options.Codec; "" without.
+	CodecURL string
+	// MetricsURL is the Prometheus endpoint of the stack's client and
+	// worker, like http://127.0.0.1:9090/metrics, with
+	// Options.Worker.MetricsListen; "" without.
+	MetricsURL string
 
 	opts          Options
 	temporalOpts  temporalserver.Options
 	sandboxListen string
 	logger        *slog.Logger
+	codec         *codecServer
+	metrics       *workerapp.MetricsServer
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Start boots the stack. On error, whatever had started is stopped.
@@ -106,10 +134,20 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		tOpts.Logger = logger
 	}
 	tOpts.SearchAttributes = withRunCommandSearchAttributes(tOpts.SearchAttributes)
+	if opts.Codec != nil {
+		if s.codec, err = listenCodec(); err != nil {
+			return nil, err
+		}
+		s.CodecURL = s.codec.URL()
+		tOpts.CodecEndpoint = s.CodecURL
+	}
 	if s.Temporal, err = temporalserver.Start(ctx, tOpts); err != nil {
 		return nil, err
 	}
 	s.temporalOpts = tOpts
+	if s.codec != nil {
+		s.codec.serve(opts.Codec, s.Temporal.UIURL())
+	}
 
 	if opts.SandboxURL != "" {
 		s.SandboxURL, s.SandboxAPIKey = opts.SandboxURL, opts.SandboxAPIKey
@@ -123,11 +161,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}
 
-	if s.Client, err = client.DialContext(ctx, client.Options{
-		HostPort:  s.Temporal.FrontendHostPort(),
-		Namespace: s.Temporal.Namespace(),
-		Logger:    sdklog.NewStructuredLogger(logger),
-	}); err != nil {
+	clientOpts := s.ClientOptions()
+	clientOpts.Logger = sdklog.NewStructuredLogger(logger)
+	if opts.Worker.MetricsListen != "" {
+		if s.metrics, err = workerapp.ServeMetrics(opts.Worker.MetricsListen); err != nil {
+			return nil, err
+		}
+		s.MetricsURL = s.metrics.URL()
+		clientOpts.MetricsHandler = s.metrics.Metrics.Handler()
+	}
+	if s.Client, err = client.DialContext(ctx, clientOpts); err != nil {
 		return nil, fmt.Errorf("connect to the embedded Temporal server: %w", err)
 	}
 
@@ -221,14 +264,36 @@ func (s *Stack) RestartTemporal(ctx context.Context) error {
 	return err
 }
 
+// DataConverter is the converter of the stack's payloads: with
+// Options.Codec, the codec over the default converter; else the default.
+func (s *Stack) DataConverter() converter.DataConverter { return codec.DataConverter(s.opts.Codec) }
+
+// ClientOptions are the options of a client of the stack's Temporal
+// server that reads and writes payloads as the stack's worker does: give
+// them to client.Dial or to the starter.
+func (s *Stack) ClientOptions() client.Options {
+	return client.Options{
+		HostPort:         s.Temporal.FrontendHostPort(),
+		Namespace:        s.Temporal.Namespace(),
+		DataConverter:    s.DataConverter(),
+		FailureConverter: codec.FailureConverter(s.opts.Codec),
+	}
+}
+
 // Provider returns a client of the stack's sandbox server.
 func (s *Stack) Provider(cfg createos.Config) (*createos.Client, error) {
 	cfg.BaseURL, cfg.APIKey = s.SandboxURL, s.SandboxAPIKey
 	return createos.New(cfg)
 }
 
-// Stop stops every part, the worker first and the Temporal server last.
+// Stop stops every part, the worker first, then the clients and servers.
+// Later calls return the first call's result.
 func (s *Stack) Stop() error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	return s.stopErr
+}
+
+func (s *Stack) stop() error {
 	var errs []error
 	if s.Worker != nil {
 		s.Worker.Stop()
@@ -244,6 +309,12 @@ func (s *Stack) Stop() error {
 	}
 	if s.Temporal != nil {
 		errs = append(errs, s.Temporal.Stop())
+	}
+	if s.codec != nil {
+		errs = append(errs, s.codec.close())
+	}
+	if s.metrics != nil {
+		errs = append(errs, s.metrics.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,9 +1,11 @@
 package temporalserver
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -45,6 +47,13 @@ type Options struct {
 	// persisted database only missing ones are added). A name registered
 	// earlier with another type is an error.
 	SearchAttributes map[string]enumspb.IndexedValueType
+	// CodecEndpoint, when set, is the codec server that the Web UI asks to
+	// decode the payloads it shows (and to encode those an operator sends),
+	// like http://127.0.0.1:8234: the server stores whatever the clients'
+	// codec made of them, the operator reads them decoded. The browser calls
+	// it directly, so it must allow the UI's origin (CORS); see
+	// codec.NewHTTPHandler.
+	CodecEndpoint string
 	// Logger receives the server's own logs. Default slog.Default().
 	Logger *slog.Logger
 	// LogLevel is the least severe server log level passed on to Logger.
@@ -81,6 +90,11 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if (o.UIPort < 0 && o.UIPort != NoUI) || o.UIPort > 65535 {
 		return o, fmt.Errorf("temporalserver: UI port %d is out of range (use NoUI to disable the UI)", o.UIPort)
+	}
+	if o.CodecEndpoint != "" {
+		if u, err := url.Parse(o.CodecEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return o, errors.New("temporalserver: the codec endpoint must be an http(s) URL without credentials")
+		}
 	}
 	if strings.ContainsAny(o.DBFile, "?#") {
 		// The file name becomes the path of a file: URI (the SQLite DSN).

@@ -96,7 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		logger:           logger,
 	}
 	if uiLn != nil {
-		if s.ui, err = startWebUI(uiLn, s.frontendHostPort, opts.Namespace); err != nil {
+		if s.ui, err = startWebUI(uiLn, s.frontendHostPort, opts.Namespace, opts.CodecEndpoint); err != nil {
 			return nil, errors.Join(err, s.Stop())
 		}
 		s.uiURL = "http://" + uiLn.Addr().String()

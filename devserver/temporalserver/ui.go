@@ -38,15 +38,20 @@ type webUI struct {
 	served chan error // receives Serve's result
 }
 
-func startWebUI(ln net.Listener, frontendHostPort, namespace string) (*webUI, error) {
-	cfgProvider, err := uiconfig.NewConfigProviderWithRefresh(&uiconfig.Config{
+// startWebUI serves the UI on ln. With a codecEndpoint, the UI decodes the
+// payloads it shows through that codec server, from the browser: no access
+// token is passed (the dev UI has no login) and no cookies are sent.
+func startWebUI(ln net.Listener, frontendHostPort, namespace, codecEndpoint string) (*webUI, error) {
+	cfg := &uiconfig.Config{
 		TemporalGRPCAddress: frontendHostPort,
 		EnableUI:            true,
 		DefaultNamespace:    namespace,
 		// Plain HTTP on a local address: a Secure cookie would never be sent back.
 		CORS:             uiconfig.CORS{CookieInsecure: true},
 		DisableNewsFetch: true, // no calls to the internet
-	})
+	}
+	cfg.Codec.Endpoint = codecEndpoint
+	cfgProvider, err := uiconfig.NewConfigProviderWithRefresh(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("temporalserver: UI config: %w", err)
 	}
