@@ -107,10 +107,11 @@ func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLease
 	stop := a.keepHeartbeating(ctx, nil)
 	defer stop()
 	if in.Replacing != "" {
+		// Not counted as destroyed: RunCommand destroyed it (and counted
+		// that) before asking for its replacement; this makes sure.
 		if err := a.Provider.DestroyLease(ctx, in.Replacing); err != nil {
 			return sandbox.Lease{}, classify(err)
 		}
-		meterOf(ctx).leaseDestroyed()
 	}
 	err := a.sweep(ctx, in.RunKey, func(l sandbox.Lease) bool {
 		gen, err := strconv.Atoi(l.Labels[LabelGeneration])

@@ -11,10 +11,13 @@ const (
 	// LeasesCreated counts sandboxes created for runs (CreateLease and
 	// AcquireFreshLease).
 	LeasesCreated = "sandboxflow_leases_created"
-	// LeasesDestroyed counts destroys the sandbox server confirmed: a run's
-	// lease at its end, a replaced lease, an orphan a sweep found, and a
-	// sandbox that was created but could not be set up. A lease that was
-	// already gone counts too: it is gone, which is what was asked.
+	// LeasesDestroyed counts destroys the sandbox server confirmed
+	// (DestroyLease, and CreateLease's destroy of a sandbox it could not set
+	// up): a run's lease at its end, an unusable lease before its
+	// replacement, an orphan a sweep found. A lease already gone counts
+	// too: gone is what was asked. Once every lease is gone,
+	// LeasesCreated + LeaksSuspected = LeasesDestroyed, unless a destroy was
+	// repeated (a retry whose first try had succeeded).
 	LeasesDestroyed = "sandboxflow_leases_destroyed"
 	// LeaksSuspected counts orphans that a sweep found and destroyed:
 	// sandboxes of a run that the run did not know it had, typically left
