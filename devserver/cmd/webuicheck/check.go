@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 )
@@ -45,10 +46,14 @@ func check(ctx context.Context, cfg config) (err error) {
 	}
 	progress("run %s compensated (%d fresh lease) and printed %q", run.workflowID, run.result.FreshLeases, m.output)
 
-	if err := checkStoredHistory(ctx, s, run, m, false); err != nil {
+	if err := checkStoredHistory(ctx, s, run, m, cfg.encrypt); err != nil {
 		return err
 	}
-	progress("the stored history holds %q in plain text, as it should without encryption", m.word)
+	if cfg.encrypt {
+		progress("the stored history holds no %q in plain text: payloads are encrypted (codec server %s)", m.word, s.CodecURL)
+	} else {
+		progress("the stored history holds %q in plain text, as it should without encryption", m.word)
+	}
 
 	pages := pagesOf(s, run)
 	want := []string{run.workflowID, activities.NameAcquireFreshLease, m.output}
@@ -75,17 +80,27 @@ func check(ctx context.Context, cfg config) (err error) {
 // bootStack starts the stack the check needs: a fault proxy in front of
 // the sandbox server, the frontend and the Web UI on free ports (so that
 // the check runs beside `make dev` and the tests of others), its logs
-// only with -v.
+// only with -v. With -encrypt its payloads are encrypted under a key made
+// for this run alone, and its Web UI decodes them through the stack's
+// codec server.
 func bootStack(ctx context.Context, cfg config) (*stack.Stack, error) {
 	logs := io.Discard
 	if cfg.verbose {
 		logs = os.Stderr
 	}
-	s, err := stack.Start(ctx, stack.Options{
+	opts := stack.Options{
 		Temporal:   temporalserver.Options{}, // free ports, database in memory
 		FaultProxy: true,
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	if cfg.encrypt {
+		keys, err := codec.GenerateKeys("webuicheck")
+		if err != nil {
+			return nil, fmt.Errorf("make a payload key: %w", err)
+		}
+		opts.Codec = keys
+	}
+	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("boot the stack: %w", err)
 	}

@@ -14,14 +14,22 @@
 // with SandboxCleanupError and the workflow destroys the lease, acquires a
 // fresh one (sandboxflow.AcquireFreshLease) and runs the command again.
 //
-// The check fails, with a one-line reason and exit status 1, when the run
-// did not compensate exactly once or printed the wrong thing, when the
-// history the server stored does not look as it should, or when a page
-// Chromium rendered, the run's event history or its timeline, does not
-// name the workflow, the sandboxflow.AcquireFreshLease activity and the
-// command's output. The output is computed by the command, so it is in the
-// run's result only: the page shows it only once the UI has read the
-// result.
+// Payloads are encrypted (stack.Options.Codec, a key made for this run
+// only), and the Web UI decodes what it shows through the stack's codec
+// server; -encrypt=false checks the plain-text stack instead.
+//
+// The check fails, with a one-line reason and exit status 1, when:
+//   - the run did not compensate exactly once, or printed the wrong thing;
+//   - the history the server stored, read by a client without the codec,
+//     holds the command's marker in plain text although payloads are
+//     encrypted (or does not hold it although they are not: then the
+//     search itself is broken);
+//   - a page Chromium rendered, the run's event history or its timeline,
+//     does not name the workflow, the sandboxflow.AcquireFreshLease
+//     activity and the command's output. The output is computed by the
+//     command, so it is in the run's result only: the page can show it
+//     only once the UI has read the result and, encrypted, had the codec
+//     server decrypt it.
 //
 // Chromium runs once per page load, with flags only (--dump-dom,
 // --screenshot, --virtual-time-budget), a new empty profile each time and
@@ -33,6 +41,7 @@
 //	-chromium PATH   the Chromium binary (default /usr/bin/chromium)
 //	-timeout D       give up after D (default 4m)
 //	-linger          keep serving the Web UI after the check until Ctrl-C
+//	-encrypt=false   leave payloads in plain text (default: encrypted)
 //	-v               show the stack's logs (warnings and errors)
 package main
 
@@ -53,6 +62,7 @@ type config struct {
 	timeout  time.Duration
 	linger   bool
 	verbose  bool
+	encrypt  bool
 }
 
 func main() {
@@ -61,6 +71,7 @@ func main() {
 	flag.StringVar(&cfg.chromium, "chromium", "/usr/bin/chromium", "the Chromium binary")
 	flag.DurationVar(&cfg.timeout, "timeout", 4*time.Minute, "give up after this long")
 	flag.BoolVar(&cfg.linger, "linger", false, "keep serving the Web UI after the check until Ctrl-C")
+	flag.BoolVar(&cfg.encrypt, "encrypt", true, "encrypt payloads, and have the Web UI decode them through the stack's codec server")
 	flag.BoolVar(&cfg.verbose, "v", false, "show the stack's warnings and errors (the injected fault's among them)")
 	flag.Parse()
 
