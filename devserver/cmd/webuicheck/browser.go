@@ -94,9 +94,9 @@ func (c chromium) screenshot(ctx context.Context, url, file string) (int64, erro
 }
 
 // run starts Chromium with the common flags, a render budget and args in
-// a new profile, waits for it and returns its standard output. Chromium's helper
-// processes share its process group, which is killed if ctx ends or the
-// limit passes first.
+// a new profile, waits for it and returns its standard output. Chromium's
+// helper processes share its process group, which is killed if ctx ends
+// or the limit passes first.
 func (c chromium) run(ctx context.Context, budget time.Duration, args ...string) ([]byte, error) {
 	profile, err := os.MkdirTemp("", "webuicheck-chromium-")
 	if err != nil {
@@ -104,6 +104,7 @@ func (c chromium) run(ctx context.Context, budget time.Duration, args ...string)
 	}
 	defer os.RemoveAll(profile)
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.path, append(c.flags(profile, budget), args...)...)
@@ -113,23 +114,38 @@ func (c chromium) run(ctx context.Context, budget time.Duration, args ...string)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (chromium ran past %s)", ctx.Err(), c.limit)
+		switch {
+		case parent.Err() != nil:
+			err = parent.Err()
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w: chromium ran past %s", ctx.Err(), c.limit)
 		}
 		return nil, fmt.Errorf("%s: %w%s", c.path, err, lastError(stderr.String()))
 	}
 	return stdout.Bytes(), nil
 }
 
-// lastError is the last line Chromium logged that is not about D-Bus (it
-// always complains that there is no session bus: harmless), as a suffix
-// for an error.
+// lastError is the last line Chromium logged that is not harmless, as a
+// suffix for an error.
 func lastError(log string) string {
 	lines := strings.Split(strings.TrimSpace(log), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if line := strings.TrimSpace(lines[i]); line != "" && !strings.Contains(line, "dbus") {
+		if line := strings.TrimSpace(lines[i]); line != "" && !harmless(line) {
 			return ": " + line
 		}
 	}
 	return ""
+}
+
+// harmless tells a line that Chromium logs on every run here and that
+// never explains a failure: there is no D-Bus session bus, and Debian's
+// launcher script trips over its own /dev/shm size test ("[: …:
+// unexpected operator") before it starts the browser all the same.
+func harmless(line string) bool {
+	for _, h := range []string{"dbus", "unexpected operator"} {
+		if strings.Contains(line, h) {
+			return true
+		}
+	}
+	return false
 }

@@ -19,7 +19,10 @@ import (
 
 // check is the whole check: boot the stack, make a run compensate, check
 // what the server stored and what the Web UI shows, save the screenshot.
+// All of that must be done within cfg.timeout; with cfg.linger the stack
+// then serves until ctx ends.
 func check(ctx context.Context, cfg config) (err error) {
+	serving := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	browser, err := newChromium(cfg.chromium)
@@ -72,7 +75,7 @@ func check(ctx context.Context, cfg config) (err error) {
 
 	if cfg.linger {
 		progress("serving %s until Ctrl-C", pages.history)
-		<-ctx.Done()
+		<-serving.Done()
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMarkerOutputIsNotInTheCommand(t *testing.T) {
@@ -27,13 +31,21 @@ func TestMissingFrom(t *testing.T) {
 	}
 }
 
-func TestLastErrorSkipsDBusNoise(t *testing.T) {
-	log := "[1:2:ERROR:net] connection refused\n" +
+func TestLastErrorSkipsHarmlessLines(t *testing.T) {
+	log := "/usr/bin/chromium: 9: [: 25276059648: unexpected operator\n" +
+		"[1:2:ERROR:net] connection refused\n" +
 		"[1:3:ERROR:dbus/bus.cc:405] Failed to connect to the bus\n\n"
 	if got, want := lastError(log), ": [1:2:ERROR:net] connection refused"; got != want {
 		t.Fatalf("lastError = %q, want %q", got, want)
 	}
 	if got := lastError("[1:3:ERROR:dbus/bus.cc:405] Failed to connect to the bus"); got != "" {
 		t.Fatalf("lastError of D-Bus noise only = %q, want nothing", got)
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	err := errors.Join(errors.New("first"), fmt.Errorf("run failed: %w", context.DeadlineExceeded))
+	if got, want := oneLine(err, time.Minute), "first; run failed: context deadline exceeded (the check gave up after -timeout 1m0s)"; got != want {
+		t.Fatalf("oneLine = %q, want %q", got, want)
 	}
 }

@@ -47,10 +47,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -78,7 +80,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := check(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "webuicheck: FAIL:", err)
+		fmt.Fprintln(os.Stderr, "webuicheck: FAIL:", oneLine(err, cfg.timeout))
 		os.Exit(1)
 	}
+}
+
+// oneLine is err as the one line the check ends with: joined errors on
+// one line, and a deadline named for what it was.
+func oneLine(err error, timeout time.Duration) string {
+	line := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	if errors.Is(err, context.DeadlineExceeded) {
+		line += fmt.Sprintf(" (the check gave up after -timeout %s)", timeout)
+	}
+	return line
 }
