@@ -293,11 +293,7 @@ func (s *session) ready(ctx workflow.Context) error {
 		return nil
 	}
 	r.setPhase(ctx, PhaseResuming)
-	opts := r.options.resumeLease
-	opts.Summary = "resume lease " + r.lease.ID
-	var lease sandbox.Lease
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameResumeLease,
-		activities.LeaseInput{LeaseID: r.lease.ID}).Get(ctx, &lease)
+	lease, err := s.leaseActivity(ctx, activities.NameResumeLease, r.options.resumeLease, "resume lease ")
 	switch {
 	case err == nil:
 		r.lease, s.paused = &lease, false
@@ -322,11 +318,7 @@ func (s *session) pause(ctx workflow.Context) error {
 		return nil
 	}
 	r.setPhase(ctx, PhasePausing)
-	opts := r.options.pauseLease
-	opts.Summary = "pause idle lease " + r.lease.ID
-	var lease sandbox.Lease
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NamePauseLease,
-		activities.LeaseInput{LeaseID: r.lease.ID}).Get(ctx, &lease)
+	_, err := s.leaseActivity(ctx, activities.NamePauseLease, r.options.pauseLease, "pause idle lease ")
 	switch {
 	case err == nil:
 		s.paused = true
@@ -344,6 +336,15 @@ func (s *session) pause(ctx workflow.Context) error {
 		r.setPhase(ctx, PhaseIdle)
 	}
 	return err
+}
+
+// leaseActivity runs PauseLease or ResumeLease on the lease in use.
+func (s *session) leaseActivity(ctx workflow.Context, name string, opts workflow.ActivityOptions, summary string) (sandbox.Lease, error) {
+	opts.Summary = summary + s.r.lease.ID
+	var lease sandbox.Lease
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), name,
+		activities.LeaseInput{LeaseID: s.r.lease.ID}).Get(ctx, &lease)
+	return lease, err
 }
 
 // abandon ends a cancelled session: the operations still queued fail, and

@@ -96,7 +96,7 @@ func TestEncryptedStackStoresCiphertextAndTheUIDecodesIt(t *testing.T) {
 	// the UI's origin in, and decodes the stored result for it.
 	ui := s.Temporal.UIURL()
 	var settings struct{ Codec struct{ Endpoint string } }
-	getJSON(t, ui+"/api/v1/settings", &settings)
+	require.NoError(t, json.Unmarshal(httpGet(t, ui+"/api/v1/settings"), &settings))
 	assert.Equal(t, s.CodecURL, settings.Codec.Endpoint)
 	assertPreflightAllowed(t, s.CodecURL+"/decode", ui)
 	decoded := decodeAsTheUI(t, s.CodecURL, ui, resultPayloads(t, plain, workflowID, runID))
@@ -190,13 +190,16 @@ func assertPreflightAllowed(t *testing.T, url, origin string) {
 	assert.True(t, strings.Contains(strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers")), "x-namespace"))
 }
 
-func getJSON(t *testing.T, url string, out any) {
+// httpGet GETs url and returns its body; anything but 200 fails the test.
+func httpGet(t *testing.T, url string) []byte {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s", url)
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return body
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,7 +78,7 @@ func TestMetricsShowTheCountersAfterARun(t *testing.T) {
 	require.NoError(t, second.Get(t.Context(), &res))
 	require.Equal(t, "released\n", res.Stdout)
 
-	text := scrapeMetrics(t, s.MetricsURL)
+	text := string(httpGet(t, s.MetricsURL))
 	for _, want := range []struct {
 		metric string
 		labels []string
@@ -119,19 +118,6 @@ func startRun(t *testing.T, s *stack.Stack, cmd sandbox.Command) client.Workflow
 		}})
 	require.NoError(t, err)
 	return run
-}
-
-func scrapeMetrics(t *testing.T, url string) string {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(body)
 }
 
 // sumSamples adds up the samples of metric (the full sample name, as

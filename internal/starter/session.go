@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"time"
@@ -87,29 +86,15 @@ func runSession(ctx context.Context, c client.Client, startOpts client.StartWork
 // printSessionResult prints one command's result and returns its shell
 // exit code.
 func printSessionResult(stdio IO, opts options, sessionID string, res workflows.SessionResult) int {
-	if opts.json {
-		if code := writeJSON(stdio, jsonSessionResult{
-			jsonResult: jsonResult{
-				WorkflowID: sessionID, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
-				Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated,
-				LeaseID: res.LeaseID, FreshLeases: res.FreshLeases,
-			},
-			Seq: res.Seq, WorkspaceReset: res.WorkspaceReset,
-		}); code != 0 {
-			return code
-		}
-		return res.ShellExitCode()
+	if !opts.json {
+		return printResult(stdio, res.Result, fmt.Sprintf("command %d", res.Seq), opts.request.Command.Timeout)
 	}
-	io.WriteString(stdio.Stdout, res.Stdout)
-	io.WriteString(stdio.Stderr, res.Stderr)
-	switch {
-	case res.TimedOut:
-		fmt.Fprintf(stdio.Stderr, "starter: command %d timed out and was killed\n", res.Seq)
-	case res.Signal != "":
-		fmt.Fprintf(stdio.Stderr, "starter: command %d was killed by %s\n", res.Seq, res.Signal)
+	line := jsonSessionResult{
+		jsonResult: newJSONResult(sessionID, "", res.Result, res.LeaseID, res.FreshLeases),
+		Seq:        res.Seq, WorkspaceReset: res.WorkspaceReset,
 	}
-	if res.Truncated {
-		fmt.Fprintf(stdio.Stderr, "starter: output of command %d truncated: only the end of each stream is shown\n", res.Seq)
+	if code := writeJSON(stdio, line); code != 0 {
+		return code
 	}
 	return res.ShellExitCode()
 }

@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -104,28 +105,29 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		return ExitRunFailed
 	}
 	if opts.json {
-		if code := writeJSON(stdio, jsonResult{
-			WorkflowID: run.GetID(), RunID: run.GetRunID(),
-			ExitCode: result.ExitCode, Signal: result.Signal, TimedOut: result.TimedOut,
-			Stdout: result.Stdout, Stderr: result.Stderr, Truncated: result.Truncated,
-			LeaseID: result.LeaseID, FreshLeases: result.FreshLeases,
-		}); code != 0 {
+		if code := writeJSON(stdio, newJSONResult(run.GetID(), run.GetRunID(), result.Result, result.LeaseID, result.FreshLeases)); code != 0 {
 			return code
 		}
 		return result.ShellExitCode()
 	}
-	io.WriteString(stdio.Stdout, result.Stdout)
-	io.WriteString(stdio.Stderr, result.Stderr)
+	return printResult(stdio, result.Result, "the command", opts.request.Command.Timeout)
+}
+
+// printResult prints a command's output and how it ended, and returns its
+// shell exit code. what names the command in messages.
+func printResult(stdio IO, res sandbox.Result, what string, timeout time.Duration) int {
+	io.WriteString(stdio.Stdout, res.Stdout)
+	io.WriteString(stdio.Stderr, res.Stderr)
 	switch {
-	case result.TimedOut:
-		fmt.Fprintf(stdio.Stderr, "starter: the command timed out after %s and was killed\n", opts.request.Command.Timeout)
-	case result.Signal != "":
-		fmt.Fprintf(stdio.Stderr, "starter: the command was killed by %s\n", result.Signal)
+	case res.TimedOut:
+		fmt.Fprintf(stdio.Stderr, "starter: %s timed out after %s and was killed\n", what, timeout)
+	case res.Signal != "":
+		fmt.Fprintf(stdio.Stderr, "starter: %s was killed by %s\n", what, res.Signal)
 	}
-	if result.Truncated {
-		fmt.Fprintln(stdio.Stderr, "starter: output truncated: only the end of each stream is shown")
+	if res.Truncated {
+		fmt.Fprintf(stdio.Stderr, "starter: output of %s truncated: only the end of each stream is shown\n", what)
 	}
-	return result.ShellExitCode()
+	return res.ShellExitCode()
 }
 
 // jsonResult is the one object --json prints.
@@ -140,6 +142,15 @@ type jsonResult struct {
 	Truncated   bool   `json:"truncated"`
 	LeaseID     string `json:"leaseId,omitempty"`
 	FreshLeases int    `json:"freshLeases"`
+}
+
+func newJSONResult(workflowID, runID string, res sandbox.Result, leaseID string, freshLeases int) jsonResult {
+	return jsonResult{
+		WorkflowID: workflowID, RunID: runID,
+		ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
+		Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated,
+		LeaseID: leaseID, FreshLeases: freshLeases,
+	}
 }
 
 func writeJSON(stdio IO, r any) int {
