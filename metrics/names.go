@@ -1,3 +1,7 @@
+// Package metrics names sandboxflow's own metrics. The activities record
+// them through the SDK's client.MetricsHandler, so they go wherever a
+// worker's client sends the SDK's metrics; package prom serves them, and
+// the SDK's, to Prometheus.
 package metrics
 
 // Names of sandboxflow's own metrics, as the activities record them through

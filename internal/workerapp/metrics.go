@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxflow/sandboxflow/metrics"
+	"github.com/sandboxflow/sandboxflow/metrics/prom"
 )
 
 // DefaultMetricsListen is where the worker serves /metrics unless told
@@ -19,7 +19,7 @@ const DefaultMetricsListen = "127.0.0.1:9090"
 type MetricsServer struct {
 	// Metrics holds the metrics served: set Metrics.Handler() as the
 	// MetricsHandler of the worker's client.
-	Metrics *metrics.Prometheus
+	Metrics *prom.Prometheus
 
 	url       string
 	srv       *http.Server
@@ -29,10 +29,10 @@ type MetricsServer struct {
 }
 
 // ServeMetrics binds addr (host:port; port 0 picks one) and serves a new
-// metrics.Prometheus at /metrics there until Close. A taken port fails
+// prom.Prometheus at /metrics there until Close. A taken port fails
 // here, naming it.
 func ServeMetrics(addr string) (*MetricsServer, error) {
-	p, err := metrics.NewPrometheus()
+	p, err := prom.NewPrometheus()
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package metrics
+package prom
 
 import (
 	"io"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxflow/sandboxflow/metrics"
 )
 
 func scrape(t *testing.T, p *Prometheus) string {
@@ -28,9 +30,9 @@ func TestHandlerMetricsReachTheExposition(t *testing.T) {
 	p, err := NewPrometheus()
 	require.NoError(t, err)
 	h := p.Handler().WithTags(map[string]string{"activity_type": "sandboxflow.Execute"})
-	h.Counter(LeasesCreated).Inc(2)
-	h.WithTags(map[string]string{TagStream: "stdout"}).Counter(OutputBytes).Inc(1234)
-	h.Timer(CommandDuration).Record(1500 * time.Millisecond)
+	h.Counter(metrics.LeasesCreated).Inc(2)
+	h.WithTags(map[string]string{metrics.TagStream: "stdout"}).Counter(metrics.OutputBytes).Inc(1234)
+	h.Timer(metrics.CommandDuration).Record(1500 * time.Millisecond)
 	h.Gauge("temporal_worker_task_slots_available").Update(3)
 
 	text := scrape(t, p)
@@ -52,7 +54,7 @@ func TestTwoPrometheusesDoNotShareState(t *testing.T) {
 	require.NoError(t, err)
 	b, err := NewPrometheus()
 	require.NoError(t, err, "no global registry: a second one registers its collectors again")
-	a.Handler().Counter(Compensations).Inc(1)
+	a.Handler().Counter(metrics.Compensations).Inc(1)
 	assert.Contains(t, scrape(t, a), "sandboxflow_compensations_total 1")
 	assert.NotContains(t, scrape(t, b), "sandboxflow_compensations_total")
 }

@@ -1,8 +1,11 @@
-// Package metrics makes a worker's metrics readable by Prometheus: the
+// Package prom makes a worker's metrics readable by Prometheus: the
 // Temporal SDK's own (temporal_request_total, temporal_activity_execution_latency_seconds,
 // temporal_workflow_task_schedule_to_start_latency_seconds, …) and
-// sandboxflow's, named by the constants of this package, which the
-// activities record through the same SDK handler.
+// sandboxflow's, named by the constants of package metrics, which the
+// activities record through the same SDK handler. It is a package of its
+// own so that importing the activities or the workflows never links
+// OpenTelemetry or the Prometheus client: only a worker that serves
+// /metrics does.
 //
 // A Prometheus is self-contained: an OpenTelemetry MeterProvider whose
 // only reader is the OpenTelemetry Prometheus exporter, registered on a
@@ -10,10 +13,10 @@
 // and nothing global — no otel global provider, no prometheus default
 // registry — so two of them in one process (two test stacks) never mix.
 //
-//	p, err := metrics.NewPrometheus()
+//	p, err := prom.NewPrometheus()
 //	options.MetricsHandler = p.Handler()           // client.Options, before client.Dial
 //	http.Handle("/metrics", p.HTTPHandler())
-package metrics
+package prom
 
 import (
 	"context"
