@@ -63,7 +63,7 @@ const (
 )
 
 // allParts are the parts of the table, in its order.
-var allParts = []string{"p1", "p2", "p3", "p4", "micro"}
+var allParts = []string{"p1", "p2", "p3", "p4", "p5", "micro"}
 
 type config struct {
 	parts        map[string]bool
@@ -93,7 +93,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "fewer, shorter runs")
-	only := fs.String("only", "p1,p2,p3,p4,micro", "parts to run")
+	only := fs.String("only", "p1,p2,p3,p4,p5,micro", "parts to run")
 	cfg := config{}
 	fs.IntVar(&cfg.runs, "runs", 30, "P1: rounds")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "P2: time per concurrency and path")
@@ -214,7 +214,7 @@ func run(ctx context.Context, cfg config) int {
 	// up yet to be disturbed by it.
 	part("micro", func() ([]bench.Row, error) { return bench.MicroBenchmarks(ctx, moduleDir, cfg.benchtime) })
 
-	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] {
+	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] {
 		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
 			e := bench.NewEnv(s.Client, benchQueue, provider, logf)
 			defer func() {
@@ -237,6 +237,7 @@ func run(ctx context.Context, cfg config) int {
 				logf("P4 loses process-create responses on purpose: the worker logs an activity error for each")
 				return bench.Recovery(ctx, e, recoveryQueue, s.Proxy, cfg.recoveryRuns)
 			})
+			part("p5", func() ([]bench.Row, error) { return bench.SessionLatency(ctx, e, cfg.runs) })
 		}); err != nil {
 			logf("%v", err)
 			return 1

@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
+)
+
+// SessionLatency is P5: the time of one command (`true`) in an open
+// session — an execute Update through Temporal to the worker, Execute on
+// the session's lease, and back — beside the same Execute made directly
+// through the provider on a lease of its own, and beside a whole
+// RunCommand(`true`), which creates and destroys a lease every time. The
+// three are interleaved, one of each per round, after two rounds of
+// warm-up.
+func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
+	const warmup = 2
+	sess, err := workflows.StartSession(ctx, env.Client, client.StartWorkflowOptions{ID: env.workflowID("p5"), TaskQueue: env.TaskQueue},
+		workflows.SessionRequest{IdleTimeout: -1})
+	if err != nil {
+		return nil, fmt.Errorf("start a session: %w", err)
+	}
+	defer sess.Close(context.WithoutCancel(ctx))
+	lease, err := env.Provider.CreateLease(ctx, sandbox.LeaseSpec{})
+	if err != nil {
+		return nil, fmt.Errorf("direct provider: create lease: %w", err)
+	}
+	defer env.Provider.DestroyLease(context.WithoutCancel(ctx), lease.ID)
+
+	var inSession, direct, whole []time.Duration
+	for i := range warmup + runs {
+		s, err := timed(func() error {
+			res, err := sess.Execute(ctx, workflows.SessionCommand{Command: trueCommand})
+			if err == nil && !res.Succeeded() {
+				err = fmt.Errorf("exited %d", res.ShellExitCode())
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("session command: %w", err)
+		}
+		d, err := timed(func() error {
+			_, err := env.Provider.Execute(ctx, lease, trueCommand, nil)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("direct provider: execute: %w", err)
+		}
+		w, err := timed(func() error {
+			_, err := env.runCommand(ctx, env.TaskQueue, "p5-run", workflows.Request{Command: trueCommand})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			inSession, direct, whole = append(inSession, s), append(direct, d), append(whole, w)
+		}
+	}
+	env.Logf("P5: session command median %v, direct execute %v, RunCommand %v",
+		Quantile(inSession, 0.5), Quantile(direct, 0.5), Quantile(whole, 0.5))
+	return []Row{
+		{
+			Name:   "P5 latency, median: a command (`true`) in an open session",
+			Figure: Millis(Quantile(inSession, 0.5)), FloorName: "Execute on a lease, direct provider", Floor: Millis(Quantile(direct, 0.5)),
+		},
+		{
+			Name:   "P5 latency, median: RunCommand(`true`), a lease of its own",
+			Figure: Millis(Quantile(whole, 0.5)), FloorName: "a command in an open session", Floor: Millis(Quantile(inSession, 0.5)),
+		},
+	}, nil
+}
