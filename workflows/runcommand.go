@@ -188,7 +188,10 @@ func compensable(err error) bool {
 func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 	var lease sandbox.Lease
 	var err error
+	// A generation is used once, even by a create that failed: its
+	// idempotency key may name a sandbox that must not be used.
 	generation := r.nextGeneration
+	r.nextGeneration++
 	if generation == 0 {
 		r.setPhase(ctx, PhaseCreatingLease)
 		opts := r.options.createLease
@@ -211,7 +214,6 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 	if err != nil {
 		return err
 	}
-	r.nextGeneration++
 	r.lease = &lease
 	r.setLease(ctx, lease.ID)
 	return nil

@@ -346,3 +346,33 @@ func TestExistingLeaseIsUsedWithoutCreating(t *testing.T) {
 func leaseWithID(id string) gomock.Matcher {
 	return gomock.Cond(func(l sandbox.Lease) bool { return l.ID == id })
 }
+
+// A create whose sandbox could not be cleaned up leaves nothing to destroy
+// by id, but its generation is spent: the next lease is a fresh one of the
+// next generation (whose AcquireFreshLease sweeps the first), never the
+// first create's idempotency key again.
+func TestFailedCreateSpendsItsGeneration(t *testing.T) {
+	h := newHarness(t)
+	h.expectNoOrphans()
+	var generations []string
+	h.provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+			generations = append(generations, spec.Labels[activities.LabelGeneration])
+			if len(generations) == 1 {
+				return sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-broken"}
+			}
+			return sandbox.Lease{ID: "sbx-2", Status: sandbox.StatusRunning, Workspace: "/workspace"}, nil
+		}).Times(2)
+	h.provider.EXPECT().Execute(gomock.Any(), leaseWithID("sbx-2"), gomock.Any(), gomock.Any()).Return(sandbox.Result{Stdout: "ok"}, nil)
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-2").Return(nil)
+	var activityCalls []string
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		activityCalls = append(activityCalls, info.ActivityType.Name)
+	})
+	res, err := h.run(request("true"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", res.Stdout)
+	assert.Equal(t, 1, res.FreshLeases)
+	assert.Equal(t, []string{"0", "1"}, generations)
+	assert.Equal(t, []string{activities.NameCreateLease, activities.NameAcquireFreshLease, activities.NameExecute, activities.NameDestroyLease}, activityCalls)
+}
