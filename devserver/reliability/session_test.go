@@ -123,3 +123,42 @@ func TestCancelledSessionReleasesItsLease(t *testing.T) {
 	require.Len(t, records, 1)
 	assert.NoError(t, killed(records[0]))
 }
+
+// The Temporal server restarts, on its database, while a session's
+// command runs: the command's Update still gets its result, the session
+// keeps its lease and workspace, and close releases everything.
+func TestSessionSurvivesATemporalRestart(t *testing.T) {
+	e := start(t, options{persistent: true})
+	ctx := t.Context()
+	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+		workflows.SessionRequest{ActivityOptions: fastActivities()})
+	require.NoError(t, err)
+	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo kept > f"}}})
+	require.NoError(t, err)
+
+	marker := newMarker()
+	held := make(chan workflows.SessionResult, 1)
+	heldErr := make(chan error, 1)
+	go func() {
+		res, err := sess.Execute(ctx, workflows.SessionCommand{Command: command(marker, heldScript)})
+		held <- res
+		heldErr <- err
+	}()
+	running := e.waitRunning(e.stack.Sandbox, marker)
+	require.NoError(t, e.stack.RestartTemporal(ctx))
+	e.release(running.LeaseID)
+	require.NoError(t, <-heldErr, "the Update's result arrives across the restart")
+	assert.Equal(t, marker+"\nreleased\n", (<-held).Stdout)
+
+	after, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", after.Stdout)
+	assert.Equal(t, first.LeaseID, after.LeaseID)
+	assert.False(t, after.WorkspaceReset)
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+
+	summary, err := sess.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{first.LeaseID}, summary.DestroyedLeases)
+}
