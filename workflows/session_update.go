@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -71,21 +72,23 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	if err == nil {
 		return out, nil
 	}
-	// The session answered (a rejection, or the command's own failure):
-	// asking again would get the same answer.
+	// The session answered (a rejection, the command's own failure, or it
+	// is no longer running): asking again would get the same answer.
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
-	if errors.As(err, &appErr) {
-		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError(appErr.Error(), appErr.Type(), err)
-	}
-	if errors.As(err, &canceled) {
+	switch {
+	case errors.As(err, &appErr):
+		return UpdateSessionOutput{}, temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
+			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr)})
+	case errors.As(err, &canceled):
 		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
 	}
 	return UpdateSessionOutput{}, err
 }
 
 // sendUpdate sends an Update to a session and waits for its outcome,
-// decoded into out.
+// decoded into out. A session that is not running (closed, cancelled, or
+// never started) is an ApplicationError of type SandboxSessionClosed.
 func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name string, out any, args ...any) error {
 	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   sessionID,
@@ -94,8 +97,12 @@ func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name 
 		Args:         args,
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
-	if err != nil {
-		return err
+	if err == nil {
+		err = handle.Get(ctx, out)
 	}
-	return handle.Get(ctx, out)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("session %s is not running", sessionID), TypeSessionClosed, err)
+	}
+	return err
 }

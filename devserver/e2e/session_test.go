@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -150,4 +151,53 @@ func TestIdleSessionIsPausedAndTheNextCommandResumesIt(t *testing.T) {
 	summary, err := sess.Close(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{first.LeaseID}, summary.DestroyedLeases)
+}
+
+// requireSessionClosed checks that err is a typed SandboxSessionClosed.
+func requireSessionClosed(t *testing.T, err error) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr, "error: %v", err)
+	assert.Equal(t, workflows.TypeSessionClosed, appErr.Type(), "error: %v", err)
+}
+
+func TestAClosedSessionRefusesCommandsByName(t *testing.T) {
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	s := stackOf(t)
+	ctx := t.Context()
+	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
+	require.NoError(t, err)
+	_, err = sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
+	require.NoError(t, err)
+	_, err = sess.Close(ctx)
+	require.NoError(t, err)
+
+	_, err = sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
+	requireSessionClosed(t, err)
+	_, err = workflows.AttachSessionClient(s.Client, "no-such-session").Pause(ctx)
+	requireSessionClosed(t, err)
+}
+
+// useClosedSession closes a session and then tries to use it, as a
+// workflow holding a stale reference would.
+func useClosedSession(ctx workflow.Context) error {
+	sess, err := workflows.OpenSession(ctx, workflows.SessionRequest{})
+	if err != nil {
+		return err
+	}
+	if _, err := sess.Close(ctx); err != nil {
+		return err
+	}
+	_, err = workflows.AttachSession(sess.ID).Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
+	return err
+}
+
+func TestAWorkflowUsingAClosedSessionFailsByName(t *testing.T) {
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	queue := sessionWorker(t, func(w worker.Worker) { w.RegisterWorkflow(useClosedSession) })
+	run, err := stackOf(t).Client.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: queue}, useClosedSession)
+	require.NoError(t, err)
+	err = run.Get(t.Context(), nil)
+	requireSessionClosed(t, err)
+	assert.NotContains(t, err.Error(), "retryable: false) (type", "the session's error is not wrapped twice")
 }
