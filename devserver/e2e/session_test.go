@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/internal/starter"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
@@ -200,4 +201,13 @@ func TestAWorkflowUsingAClosedSessionFailsByName(t *testing.T) {
 	err = run.Get(t.Context(), nil)
 	requireSessionClosed(t, err)
 	assert.NotContains(t, err.Error(), "retryable: false) (type", "the session's error is not wrapped twice")
+}
+
+func TestStarterSessionWhoseLeaseFailsExitsWithItsType(t *testing.T) {
+	code, stdout, stderr := runStarter(t, "", "--shape", "s-no-such-shape", "--then", "echo never", "--", "echo", "never")
+	assert.Equal(t, starter.ExitRunFailed, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "command 1 (echo never) failed in session")
+	assert.Contains(t, stderr, ": SandboxAPIError: create sandbox: HTTP 400\n")
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 }

@@ -270,7 +270,7 @@ func searchAttributesRegistered(ctx context.Context, c client.Client, namespace 
 func describeFailure(err error) string {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		return fmt.Sprintf("%s: %s", appErr.Type(), oneLine(appErr))
+		return fmt.Sprintf("%s: %s", appErr.Type(), strings.Join(strings.Fields(appErr.Message()), " "))
 	}
 	var canceled *temporal.CanceledError
 	if errors.As(err, &canceled) {
