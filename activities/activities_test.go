@@ -108,6 +108,7 @@ func TestErrorsLeaveClassified(t *testing.T) {
 		{&sandbox.APIError{Status: 429, Operation: "x"}, sandbox.TypeAPI, false},
 		{&sandbox.UnavailableError{Operation: "x"}, sandbox.TypeUnavailable, false},
 		{&sandbox.LeaseGoneError{LeaseID: "sbx-1"}, sandbox.TypeLeaseGone, true},
+		{&sandbox.PaymentRequiredError{Operation: "x"}, sandbox.TypePaymentRequired, true},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			env, provider := newEnv(t, nil)

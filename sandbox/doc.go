@@ -22,6 +22,7 @@
 //	*APIError                 SandboxAPIError            5xx, 429   the server answered with a failure status
 //	*LeaseGoneError           SandboxLeaseGone           no         the lease no longer exists
 //	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
+//	*PaymentRequiredError     SandboxPaymentRequired     no         the account has no credit (HTTP 402)
 //
 // Use [ErrorType] and [Retryable] to classify an error without a type switch,
 // and errors.As to reach the details of a particular kind.

@@ -17,6 +17,7 @@ const (
 	TypeAPI                 = "SandboxAPIError"
 	TypeLeaseGone           = "SandboxLeaseGone"
 	TypeUnavailable         = "SandboxUnavailable"
+	TypePaymentRequired     = "SandboxPaymentRequired"
 )
 
 // CleanupReason says which cleanup could not be confirmed.
@@ -139,20 +140,52 @@ func (e *InvalidInputError) Error() string {
 }
 
 // APIError is a failure status from the server. The response body is never
-// read into it.
+// kept in it: only the server's machine-readable code and request id.
 type APIError struct {
 	Status int
 	// Operation names the request, for example "create process".
 	Operation string
+	// Code is the server's machine code for the failure (JSend data.code or
+	// code), when it sent one, for example "name_taken".
+	Code string
+	// RequestID is the server's id for the request (its X-Request-Id
+	// header), for the operator's logs.
+	RequestID string
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("%s: HTTP %d", e.Operation, e.Status)
+	msg := fmt.Sprintf("%s: HTTP %d", e.Operation, e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.RequestID != "" {
+		msg += " (request " + e.RequestID + ")"
+	}
+	return msg
 }
 
 // Retryable reports whether the same request may succeed later: server
 // errors (5xx) and rate limiting (429) are; other client errors are not.
 func (e *APIError) Retryable() bool { return e.Status >= 500 || e.Status == 429 }
+
+// PaymentRequiredError means the account has no credit left (HTTP 402): no
+// retry helps until somebody tops it up.
+type PaymentRequiredError struct {
+	Operation string
+	Code      string
+	RequestID string
+}
+
+func (e *PaymentRequiredError) Error() string {
+	msg := e.Operation + ": HTTP 402 payment required"
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.RequestID != "" {
+		msg += " (request " + e.RequestID + ")"
+	}
+	return msg
+}
 
 // LeaseGoneError means the lease no longer exists, or has reached a
 // terminal state.
@@ -204,6 +237,7 @@ func ErrorType(err error) string {
 		api         *APIError
 		gone        *LeaseGoneError
 		unavailable *UnavailableError
+		payment     *PaymentRequiredError
 	)
 	// Cleanup errors come first: they wrap the failure that caused them, and
 	// the lease's state matters more than that cause.
@@ -220,6 +254,8 @@ func ErrorType(err error) string {
 		return TypeInvalidInput
 	case errors.As(err, &gone):
 		return TypeLeaseGone
+	case errors.As(err, &payment):
+		return TypePaymentRequired
 	case errors.As(err, &api):
 		return TypeAPI
 	case errors.As(err, &unavailable):

@@ -49,6 +49,7 @@ func nonRetryableTypes() []string {
 		sandbox.TypeProtocol,
 		sandbox.TypeOutputEvicted,
 		sandbox.TypeLeaseGone,
+		sandbox.TypePaymentRequired,
 	}
 }
 

@@ -29,7 +29,8 @@ import (
 var typedErrors = map[string]bool{
 	sandbox.TypeCleanup: true, sandbox.TypeConnectionExhausted: true, sandbox.TypeOutputEvicted: true,
 	sandbox.TypeProtocol: true, sandbox.TypeInvalidInput: true, sandbox.TypeAPI: true,
-	sandbox.TypeLeaseGone: true, sandbox.TypeUnavailable: true, workflows.TypeCompensationExhausted: true,
+	sandbox.TypeLeaseGone: true, sandbox.TypeUnavailable: true, sandbox.TypePaymentRequired: true,
+	workflows.TypeCompensationExhausted: true,
 }
 
 // report is what the soak found.
