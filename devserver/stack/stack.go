@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -56,8 +57,13 @@ type Options struct {
 	// (it only ever listens on loopback); 0 picks a free one.
 	SandboxPort int
 	// Sandbox configures the in-process sandbox server. Its API key is
-	// always a fresh random one.
+	// always a fresh random one. Its Root defaults to a directory of this
+	// stack's own (see LogFile), so that stacks run side by side.
 	Sandbox localsandbox.Options
+	// NoSandbox starts no sandbox server (and with an empty SandboxURL,
+	// Stack.SandboxURL stays empty): for a stack without a worker, whose
+	// user brings both. A worker needs SandboxURL then.
+	NoSandbox bool
 
 	// FaultProxy puts a testsuite.FaultProxy (seeded with FaultProxySeed)
 	// between the worker and the sandbox server: Stack.Proxy, to break the
@@ -78,8 +84,20 @@ type Options struct {
 	// Stack.ClientOptions, or they read ciphertext.
 	Codec *codec.Keys
 
-	// Logger receives the logs of every part. Default slog.Default().
+	// Logger receives the logs of every part. Default slog.Default(); with
+	// LogFile, nil means the file only.
 	Logger *slog.Logger
+	// LogFile writes the logs of every part to a file in the stack's own
+	// directory (Stack.LogPath; a failed Start's *StartError names it): the
+	// embedded Temporal server's there only, whatever Temporal.Logger says,
+	// the others' to Logger as well. The stack's directory is
+	// $TMPDIR/sandboxflow-<uid>/stack-<ip>-<port> for a fixed frontend
+	// port, else a temporary one; the next stack sweeps it.
+	LogFile bool
+	// LogLevel is the least level the log file keeps of the parts other
+	// than the Temporal server (whose level is Temporal.LogLevel).
+	// Default slog.LevelInfo.
+	LogLevel slog.Leveler
 }
 
 // Stack is the running development stack.
@@ -104,6 +122,8 @@ type Stack struct {
 	// worker, like http://127.0.0.1:9090/metrics, with
 	// Options.Worker.MetricsListen; "" without.
 	MetricsURL string
+	// LogPath is the log file, with Options.LogFile; "" without.
+	LogPath string
 
 	opts          Options
 	temporalOpts  temporalserver.Options
@@ -111,27 +131,40 @@ type Stack struct {
 	logger        *slog.Logger
 	codec         *codecServer
 	metrics       *workerapp.MetricsServer
+	dir           *stackDir
+	logFile       *os.File
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
+// StartError is Start's error with Options.LogFile: the log tells more.
+type StartError struct {
+	Err     error
+	LogPath string
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
 // Start boots the stack. On error, whatever had started is stopped.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	s := &Stack{logger: logger, opts: opts}
+	s := &Stack{opts: opts}
 	defer func() {
 		if err != nil {
 			s.Stop()
+			if s.LogPath != "" {
+				err = &StartError{Err: err, LogPath: s.LogPath}
+			}
 		}
 	}()
-
+	sandboxed := opts.SandboxURL == "" && !opts.NoSandbox
+	if !sandboxed && opts.SandboxURL == "" && (!opts.NoWorker || opts.FaultProxy) {
+		return nil, errors.New("stack: with NoSandbox, a worker or a fault proxy needs a SandboxURL")
+	}
 	tOpts := opts.Temporal
-	if tOpts.Logger == nil {
-		tOpts.Logger = logger
+	if err := s.openDir(sandboxed, &tOpts); err != nil {
+		return nil, err
 	}
 	tOpts.SearchAttributes = withRunCommandSearchAttributes(tOpts.SearchAttributes)
 	if opts.Codec != nil {
@@ -149,7 +182,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		s.codec.serve(opts.Codec, s.Temporal.UIURL())
 	}
 
-	if opts.SandboxURL != "" {
+	if !sandboxed {
 		s.SandboxURL, s.SandboxAPIKey = opts.SandboxURL, opts.SandboxAPIKey
 	} else if err := s.startSandbox(opts); err != nil {
 		return nil, err
@@ -162,7 +195,6 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	clientOpts := s.ClientOptions()
-	clientOpts.Logger = sdklog.NewStructuredLogger(logger)
 	if opts.Worker.MetricsListen != "" {
 		if s.metrics, err = workerapp.ServeMetrics(opts.Worker.MetricsListen); err != nil {
 			return nil, err
@@ -188,6 +220,51 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// openDir takes the stack's directory, if it needs one: for the sandbox
+// server's root, unless the options give one, and for the log file. It
+// sets s.logger and the Temporal server's logger.
+func (s *Stack) openDir(sandboxed bool, tOpts *temporalserver.Options) (err error) {
+	opts := s.opts
+	if opts.LogFile || sandboxed && opts.Sandbox.Root == "" {
+		ip := tOpts.IP
+		if ip == "" {
+			ip = temporalserver.DefaultIP
+		}
+		if s.dir, err = openStackDir(ip, tOpts.FrontendPort); err != nil {
+			return err
+		}
+		if opts.Sandbox.Root == "" {
+			s.opts.Sandbox.Root = s.dir.sandboxRoot()
+		}
+	}
+	s.logger = opts.Logger
+	if opts.LogFile {
+		if s.logFile, err = s.dir.createLog(); err != nil {
+			return err
+		}
+		s.LogPath = s.logFile.Name()
+		level := opts.LogLevel
+		if level == nil {
+			level = slog.LevelInfo
+		}
+		// Temporal.LogLevel filters the server's records.
+		tOpts.Logger = slog.New(slog.NewTextHandler(s.logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		file := slog.NewTextHandler(s.logFile, &slog.HandlerOptions{Level: level})
+		if s.logger == nil {
+			s.logger = slog.New(file)
+		} else {
+			s.logger = slog.New(slog.NewMultiHandler(file, s.logger.Handler()))
+		}
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	if tOpts.Logger == nil {
+		tOpts.Logger = s.logger
+	}
+	return nil
 }
 
 // startSandbox runs the local sandbox server in-process with a random key.
@@ -269,14 +346,15 @@ func (s *Stack) RestartTemporal(ctx context.Context) error {
 func (s *Stack) DataConverter() converter.DataConverter { return codec.DataConverter(s.opts.Codec) }
 
 // ClientOptions are the options of a client of the stack's Temporal
-// server that reads and writes payloads as the stack's worker does: give
-// them to client.Dial or to the starter.
+// server that reads and writes payloads as the stack's worker does, and
+// logs where the stack logs: give them to client.Dial or to the starter.
 func (s *Stack) ClientOptions() client.Options {
 	return client.Options{
 		HostPort:         s.Temporal.FrontendHostPort(),
 		Namespace:        s.Temporal.Namespace(),
 		DataConverter:    s.DataConverter(),
 		FailureConverter: codec.FailureConverter(s.opts.Codec),
+		Logger:           sdklog.NewStructuredLogger(s.logger),
 	}
 }
 
@@ -315,6 +393,12 @@ func (s *Stack) stop() error {
 	}
 	if s.metrics != nil {
 		errs = append(errs, s.metrics.Close())
+	}
+	if s.logFile != nil {
+		errs = append(errs, s.logFile.Close())
+	}
+	if s.dir != nil {
+		errs = append(errs, s.dir.release())
 	}
 	return errors.Join(errs...)
 }
