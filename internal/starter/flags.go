@@ -61,31 +61,12 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 		}
 	}
 
-	fs := flag.NewFlagSet("starter", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	var (
 		env, secretEnv keyValues
 		stdinPath      string
+		script         string
 	)
-	fs.StringVar(&o.request.Command.Cwd, "cwd", "", "working directory (relative to the lease's workspace)")
-	env.flag, secretEnv.flag = "--env", "--secret-env"
-	fs.Var(&env, "env", "environment variable `K=V` (repeatable)")
-	fs.Var(&secretEnv, "secret-env", "secret environment variable `K=SECRET`, resolved on the worker (repeatable)")
-	fs.StringVar(&stdinPath, "stdin", "", "`FILE` to use as standard input, or - for this program's")
-	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
-	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
-	fs.StringVar(&o.workflowID, "workflow-id", "", "workflow id (default: a new random one)")
-	fs.StringVar(&o.taskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
-	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
-	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
-	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")
-	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout (one line per command in a session)")
-	fs.Func("then", "run this shell `LINE` next, in the same session and workspace (repeatable)", func(line string) error {
-		o.then = append(o.then, line)
-		return nil
-	})
-	var script string
-	fs.StringVar(&script, "script", "", "run each line of `FILE` as a shell command, in order, in one session (# starts a comment)")
+	fs := newFlagSet(&o, &env, &secretEnv, &stdinPath, &script)
 	if err := fs.Parse(flagArgs); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, fmt.Errorf("%s; flags: %s", usage, flagNames(fs))
@@ -150,6 +131,47 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// newFlagSet defines the starter's flags, bound to o and the other
+// destinations parseArgs reads.
+func newFlagSet(o *options, env, secretEnv *keyValues, stdinPath, script *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("starter", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.request.Command.Cwd, "cwd", "", "working directory (relative to the lease's workspace)")
+	env.flag, secretEnv.flag = "--env", "--secret-env"
+	fs.Var(env, "env", "environment variable `K=V` (repeatable)")
+	fs.Var(secretEnv, "secret-env", "secret environment variable `K=SECRET`, resolved on the worker (repeatable)")
+	fs.StringVar(stdinPath, "stdin", "", "`FILE` to use as standard input, or - for this program's")
+	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
+	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
+	fs.StringVar(&o.workflowID, "workflow-id", "", "workflow id (default: a new random one)")
+	fs.StringVar(&o.taskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
+	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
+	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
+	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout (one line per command in a session)")
+	fs.Func("then", "run this shell `LINE` next, in the same session and workspace (repeatable)", func(line string) error {
+		o.then = append(o.then, line)
+		return nil
+	})
+	fs.StringVar(script, "script", "", "run each line of `FILE` as a shell command, in order, in one session (# starts a comment)")
+	return fs
+}
+
+// PrintFlags writes the starter's flags and their defaults to w, as
+// flag.PrintDefaults does: for programs that pass them on (`devserver run
+// --help`).
+func PrintFlags(w io.Writer) {
+	var (
+		o              options
+		env, secretEnv keyValues
+		stdinPath      string
+		script         string
+	)
+	fs := newFlagSet(&o, &env, &secretEnv, &stdinPath, &script)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }
 
 // readScript reads the commands of a --script file: its lines, without
