@@ -27,12 +27,23 @@
 //	--metrics-listen ADDR serve the worker's Prometheus metrics at ADDR/metrics
 //	                      (default: none)
 //
-// dev only: --no-worker. run only: --linger (keep serving the Web UI after the
-// run until Ctrl-C; the default when stderr is a terminal).
+// dev only: --no-worker (start neither a worker nor a sandbox server: run
+// your own). run only: --linger (keep serving the Web UI after the run until
+// Ctrl-C; the default when stderr is a terminal) and --verbose (print the
+// log file's path and the stack's warnings). `devserver dev --help` and
+// `devserver run --help` list every flag with its default.
+//
+// Each stack has its own directory, so stacks on different ports run side
+// by side: $TMPDIR/sandboxflow-<uid>/stack-<ip>-<port> holds the sandbox
+// server's root and stack.log, where the embedded Temporal server logs (and,
+// for run, every part: a run prints the command's output, its result and the
+// Web UI link, and nothing else). dev prints the path; a stack that fails
+// to start prints its one error, then the path.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,11 +59,16 @@ import (
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/starter"
 	"github.com/sandboxflow/sandboxflow/workflows"
+	"golang.org/x/term"
 )
 
-const usage = `usage:
-  devserver dev [flags]
-  devserver run [flags] [starter flags] -- cmd [args...]`
+const (
+	devUsage = "devserver dev [flags]"
+	runUsage = "devserver run [flags] [starter flags] -- cmd [args...]"
+	usage    = "usage:\n  " + devUsage + "   the whole stack until Ctrl-C\n  " + runUsage +
+		"\n      boot the stack, run one command as the starter does, print its Web UI link\n" +
+		"`devserver dev --help`, `devserver run --help`: their flags"
+)
 
 func main() {
 	if len(os.Args) < 2 {
@@ -81,6 +97,18 @@ type serverFlags struct {
 	opts     stack.Options
 	logLevel string
 	encrypt  bool
+}
+
+// isTerminal reports whether f is a terminal: not merely a character
+// device, which /dev/null is too.
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// printHelp writes a subcommand's usage and flags with their defaults.
+func printHelp(w io.Writer, usage string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: %s\n\nflags:\n", usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
@@ -119,19 +147,38 @@ func loadCodec(encrypt bool, getenv func(string) string, now time.Time) (keys *c
 	return keys, err == nil, err
 }
 
-// boot starts the stack, or explains in one line why it cannot.
-func (f *serverFlags) boot(ctx context.Context) (*stack.Stack, error) {
+// boot starts the stack, logging to its log file and, if toStderr, to
+// stderr at --log-level; or it prints in one line why it cannot, then
+// where the log is.
+func (f *serverFlags) boot(ctx context.Context, toStderr bool) (*stack.Stack, bool) {
+	s, err := f.start(ctx, toStderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "devserver: %v\n", err)
+		if se := (*stack.StartError)(nil); errors.As(err, &se) {
+			fmt.Fprintf(os.Stderr, "devserver: log: %s\n", se.LogPath)
+		}
+		return nil, false
+	}
+	return s, true
+}
+
+func (f *serverFlags) start(ctx context.Context, toStderr bool) (*stack.Stack, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %v", err)
 	}
-	f.opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	f.opts.LogFile = true
+	f.opts.LogLevel = min(level, slog.LevelInfo)
+	stderr := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if toStderr {
+		f.opts.Logger = stderr
+	}
 	keys, generated, err := loadCodec(f.encrypt, os.Getenv, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	if generated && f.opts.Temporal.DBFile != "" {
-		f.opts.Logger.Warn("payloads are encrypted with a key ring that ends with this process: the next run cannot read these histories; set SANDBOXFLOW_CODEC_KEYS to keep them readable",
+		stderr.Warn("payloads are encrypted with a key ring that ends with this process: the next run cannot read these histories; set SANDBOXFLOW_CODEC_KEYS to keep them readable",
 			"keyId", keys.Current(), "db", f.opts.Temporal.DBFile)
 	}
 	f.opts.Codec = keys
@@ -140,25 +187,33 @@ func (f *serverFlags) boot(ctx context.Context) (*stack.Stack, error) {
 
 func dev(ctx context.Context, args []string) int {
 	fs, f := newFlagSet("dev", "info")
-	fs.BoolVar(&f.opts.NoWorker, "no-worker", false, "start no worker (run your own)")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&f.opts.NoWorker, "no-worker", false, "start neither a worker nor a sandbox server (run your own)")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		printHelp(os.Stdout, devUsage, fs)
+		return 0
+	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "devserver dev: %v\n%s\n", err, usage)
 		return starter.ExitUsage
 	}
-	s, err := f.boot(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "devserver: %v\n", err)
+	f.opts.NoSandbox = f.opts.NoWorker
+	// The stack's own logs are for the developer watching; the Temporal
+	// server's go to the log file only.
+	s, ok := f.boot(ctx, true)
+	if !ok {
 		return starter.ExitRunFailed
 	}
 	fmt.Printf("Temporal:  %s (namespace %s)\n", s.Temporal.FrontendHostPort(), s.Temporal.Namespace())
 	if ui := s.Temporal.UIURL(); ui != "" {
 		fmt.Printf("Web UI:    %s\n", ui)
 	}
-	fmt.Printf("Sandbox:   %s", s.SandboxURL)
-	if s.Sandbox != nil {
-		fmt.Printf(" (in-process, isolation %s; API key %s)", s.Sandbox.Isolation(), s.SandboxAPIKey)
+	switch {
+	case s.Sandbox != nil:
+		fmt.Printf("Sandbox:   %s (in-process, isolation %s; API key %s)\n", s.SandboxURL, s.Sandbox.Isolation(), s.SandboxAPIKey)
+	case s.SandboxURL != "":
+		fmt.Printf("Sandbox:   %s\n", s.SandboxURL)
+	default:
+		fmt.Println("Sandbox:   none (--no-worker: your worker brings its sandbox server)")
 	}
-	fmt.Println()
 	if s.Worker != nil {
 		fmt.Printf("Worker:    task queue %s\n", f.opts.Worker.TaskQueue)
 	}
@@ -168,6 +223,7 @@ func dev(ctx context.Context, args []string) int {
 	if s.MetricsURL != "" {
 		fmt.Printf("Metrics:   %s\n", s.MetricsURL)
 	}
+	fmt.Printf("Log:       %s\n", s.LogPath)
 	fmt.Println("Ctrl-C stops everything.")
 	<-ctx.Done()
 	if err := s.Stop(); err != nil {
@@ -179,25 +235,33 @@ func dev(ctx context.Context, args []string) int {
 
 func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int {
 	fs, f := newFlagSet("run", "warn")
-	linger := fs.Bool("linger", starter.IsTerminal(os.Stderr), "keep serving the Web UI after the run until Ctrl-C")
+	linger := fs.Bool("linger", isTerminal(os.Stderr), "keep serving the Web UI after the run until Ctrl-C (default: whether stderr is a terminal)")
+	verbose := fs.Bool("verbose", false, "print the log file's path, and the stack's logs at --log-level on stderr")
 	ours, starterArgs := splitArgs(args, fs)
-	if err := fs.Parse(ours); err != nil {
+	if err := fs.Parse(ours); errors.Is(err, flag.ErrHelp) {
+		printHelp(os.Stdout, runUsage, fs)
+		fmt.Println("\nstarter flags (passed on to the starter):")
+		starter.PrintFlags(os.Stdout)
+		return 0
+	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "devserver run: %v\n%s\n", err, usage)
 		return starter.ExitUsage
 	}
-	s, err := f.boot(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "devserver: %v\n", err)
+	s, ok := f.boot(ctx, *verbose)
+	if !ok {
 		return starter.ExitRunFailed
 	}
 	defer s.Stop()
+	if *verbose {
+		fmt.Fprintf(os.Stderr, "devserver: log: %s\n", s.LogPath)
+	}
 
 	var runURL string
 	started := func(workflowID, runID string) { runURL = s.Temporal.RunURL(workflowID, runID) }
 	// The starter handles Ctrl-C itself (it cancels the run); ours would
 	// stop the stack under it.
 	stopSignals()
-	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: starter.IsTerminal(os.Stderr)}
+	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: isTerminal(os.Stderr)}
 	// The stack's options: with --encrypt, the starter encrypts the command
 	// and decrypts its result as the worker does.
 	code := starter.Main(context.Background(), starterArgs, stdio, s.ClientOptions(), started)
@@ -226,6 +290,11 @@ func splitArgs(args []string, fs *flag.FlagSet) (ours, theirs []string) {
 			return ours, append(theirs, args[i:]...)
 		}
 		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if name == "h" || name == "help" {
+			// Help is for devserver run, which lists the starter's flags too.
+			ours = append(ours, arg)
+			continue
+		}
 		f := fs.Lookup(name)
 		if !strings.HasPrefix(arg, "-") || f == nil {
 			theirs = append(theirs, arg)
