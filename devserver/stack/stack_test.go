@@ -73,16 +73,18 @@ func TestNoSandboxStartsNoSandboxServer(t *testing.T) {
 	_, err := stack.Start(t.Context(), stack.Options{NoSandbox: true, Logger: quiet()})
 	require.ErrorContains(t, err, "a worker or a fault proxy needs a SandboxURL", "checked before anything starts")
 
-	s, err := stack.Start(t.Context(), stack.Options{
-		Temporal:  temporalserver.Options{UIPort: temporalserver.NoUI, Logger: quiet()},
-		NoSandbox: true,
-		NoWorker:  true,
-		Logger:    quiet(),
-	})
-	require.NoError(t, err)
-	defer s.Stop()
-	assert.Nil(t, s.Sandbox)
-	assert.Empty(t, s.SandboxURL)
-	entries, _ := os.ReadDir(os.TempDir())
-	assert.Empty(t, entries, "no stack directory: nothing to keep in it")
+	for _, opts := range []stack.Options{
+		{NoSandbox: true, NoWorker: true},
+		{SandboxURL: "http://127.0.0.1:1", SandboxAPIKey: "k"}, // the worker's, not called until a run
+	} {
+		opts.Temporal = temporalserver.Options{UIPort: temporalserver.NoUI, Logger: quiet()}
+		opts.Logger = quiet()
+		s, err := stack.Start(t.Context(), opts)
+		require.NoError(t, err)
+		assert.Nil(t, s.Sandbox)
+		assert.Equal(t, opts.SandboxURL, s.SandboxURL)
+		require.NoError(t, s.Stop())
+		entries, _ := os.ReadDir(os.TempDir())
+		assert.Empty(t, entries, "no stack directory: nothing to keep in it")
+	}
 }
