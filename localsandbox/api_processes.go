@@ -62,7 +62,7 @@ func startErrorStatus(err error) error {
 	var se *startError
 	switch {
 	case errors.As(err, &se):
-		return badRequest("%s", se.msg)
+		return startFailed(se.msg)
 	case errors.Is(err, errLeaseGone):
 		return notFound("sandbox")
 	case errors.Is(err, errLeaseNotRunning):

@@ -1,7 +1,9 @@
 package localsandbox
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -11,8 +13,11 @@ import (
 type ProcessRecord struct {
 	LeaseID   string
 	ProcessID string
-	// Argv is the command as it was run. History is a test hook: Argv may
-	// hold secrets passed on a command line, so it is never logged.
+	// Argv is the command as it was run, cut to its first headBytes (4 KiB)
+	// and maxHistoryArgs arguments: an argument cut short ends in
+	// "…(+N bytes)", and "…(+N more args)" stands for those left out. History
+	// is a test hook: Argv may hold secrets passed on a command line, so it
+	// is never logged.
 	Argv []string
 	// Exec is set for a one-shot exec.
 	Exec  bool
@@ -33,7 +38,11 @@ type history struct {
 	records []*ProcessRecord
 }
 
+// maxHistoryArgs is the most arguments a record keeps of a command line.
+const maxHistoryArgs = 64
+
 func (h *history) add(r ProcessRecord) *ProcessRecord {
+	r.Argv = boundArgv(r.Argv)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rec := &r
@@ -76,6 +85,32 @@ func (h *history) snapshot() []ProcessRecord {
 		out[i] = *r
 		out[i].Argv = slices.Clone(r.Argv)
 		out[i].Stdout = slices.Clone(r.Stdout)
+	}
+	return out
+}
+
+// boundArgv is what a record keeps of argv: at most headBytes of its text in
+// at most maxHistoryArgs arguments, copied, so that a record never holds on
+// to a request's command line.
+func boundArgv(argv []string) []string {
+	out := make([]string, 0, min(len(argv), maxHistoryArgs+1))
+	room := headBytes
+	for i, a := range argv {
+		cut := i
+		switch {
+		case i == maxHistoryArgs:
+		case len(a) > room:
+			out = append(out, clip(a, room))
+			cut++
+		default:
+			out = append(out, strings.Clone(a))
+			room -= len(a)
+			continue
+		}
+		if rest := len(argv) - cut; rest > 0 {
+			out = append(out, fmt.Sprintf("…(+%d more args)", rest))
+		}
+		break
 	}
 	return out
 }

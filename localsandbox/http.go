@@ -9,10 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // maxJSONBytes caps a JSON request body.
@@ -20,7 +24,8 @@ const maxJSONBytes = 1 << 20
 
 // apiError is a failure answered with its status and a short message in the
 // error envelope: {"status":"error","error":"..."}. Messages never echo
-// request bodies, keys or command lines.
+// request bodies, keys or command lines, and quote at most maxEcho bytes of
+// any value from the request.
 type apiError struct {
 	status int
 	msg    string
@@ -28,8 +33,55 @@ type apiError struct {
 
 func (e *apiError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.msg) }
 
+// maxEcho is the most of a value from the request that an error message
+// quotes.
+const maxEcho = 64
+
+// badRequest is a 400 whose message is format with args, each string,
+// []byte, error or Stringer among them cut to maxEcho bytes: call sites may
+// quote what the request said without echoing all of it.
 func badRequest(format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+	short := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			short[i] = clip(v, maxEcho)
+		case []byte:
+			short[i] = clip(string(v), maxEcho)
+		case error:
+			short[i] = clip(v.Error(), maxEcho)
+		case fmt.Stringer:
+			short[i] = clip(v.String(), maxEcho)
+		default:
+			short[i] = a
+		}
+	}
+	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, short...)}
+}
+
+// startFailed is the 400 of a command that could not start. The init says
+// why as "<command or working directory>: <reason>": the reason after the
+// last ": " is the server's and stays whole, what it is about comes from the
+// request and is cut to maxEcho bytes.
+func startFailed(msg string) *apiError {
+	about, reason := msg, ""
+	if i := strings.LastIndex(msg, ": "); i >= 0 && len(msg)-i <= maxEcho {
+		about, reason = msg[:i], msg[i:]
+	}
+	return &apiError{http.StatusBadRequest, clip(about, maxEcho) + reason}
+}
+
+// clip returns s if it has at most n bytes, else a copy of its first n
+// (cut at a character boundary) marked "…(+N bytes)". The copy shares no
+// memory with s.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s…(+%d bytes)", s[:n], len(s)-n)
 }
 
 func notFound(what string) *apiError { return &apiError{http.StatusNotFound, what + " not found"} }
@@ -48,7 +100,11 @@ func (s *Server) endpoint(h handlerFunc) http.Handler {
 			return
 		}
 		var apiErr *apiError
-		if !errors.As(err, &apiErr) {
+		switch {
+		case bodyExpired(r):
+			// However the handler saw it, the body did not arrive in time.
+			apiErr = &apiError{http.StatusRequestTimeout, "the request body did not arrive in time"}
+		case !errors.As(err, &apiErr):
 			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			apiErr = &apiError{http.StatusInternalServerError, "internal error"}
 		}
@@ -109,8 +165,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 		case errors.As(err, &typeErr):
 			return badRequest("field %q has the wrong type", typeErr.Field)
 		case bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")):
-			if msg := err.Error(); len(msg) < 120 && bytes.Contains([]byte(msg), []byte("unknown field")) {
-				return badRequest("%s", msg)
+			if quoted, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				if field, err := strconv.Unquote(quoted); err == nil {
+					return badRequest("json: unknown field %q", field)
+				}
 			}
 			return badRequest("malformed JSON body")
 		default:
@@ -159,8 +217,11 @@ func queryDuration(r *http.Request, name string, def, max time.Duration) (time.D
 	return time.Duration(ms) * time.Millisecond, err
 }
 
-// withAuth answers 401 to a request without the right X-Api-Key. Keys are
-// compared by their hashes in constant time.
+// withAuth answers 401 to a request without the right X-Api-Key, from its
+// header alone: the body is never read, neither by the handler nor by
+// net/http after it (which would wait for up to 256 KiB of it), and the
+// connection is closed after the answer.
+// Keys are compared by their hashes in constant time.
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	if s.opts.InsecureNoAuth {
 		return next
@@ -169,11 +230,52 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := sha256.Sum256([]byte(r.Header.Get("X-Api-Key")))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			// Nothing more is read: not the body, not another request.
+			http.NewResponseController(w).SetReadDeadline(time.Now())
+			w.Header().Set("Connection", "close")
 			writeError(w, http.StatusUnauthorized, "missing or wrong API key")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// withBodyDeadline gives a request's body BodyReadTimeout to arrive, from
+// the moment the request is handled. net/http lifts the deadline once the
+// body has been read to its end, so it never cuts short the response, a
+// stream or a long poll that follows. A request without a body gets no
+// deadline: net/http is already reading its connection in the background,
+// to see the client go away, and a deadline there would end the request.
+func (s *Server) withBodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			if http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody is a request body under withBodyDeadline; it notes whether
+// the deadline cut it off.
+type deadlineBody struct {
+	io.ReadCloser
+	expired atomic.Bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.expired.Store(true)
+	}
+	return n, err
+}
+
+// bodyExpired reports whether r's body did not arrive within its deadline.
+func bodyExpired(r *http.Request) bool {
+	b, ok := r.Body.(*deadlineBody)
+	return ok && b.expired.Load()
 }
 
 // withRecover turns a panic into a logged 500, so that one bad request

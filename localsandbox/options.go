@@ -84,6 +84,20 @@ type Options struct {
 
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// MaxConnections caps the connections Serve holds open at once, and
+	// MaxConnectionsPerAddress those from one client IP address. A
+	// connection over a cap displaces the oldest idle one (that has no
+	// request in flight; of the same address when that cap is the one
+	// reached), or is closed at once when none is idle. Defaults: 1024, but
+	// at most a quarter of the server's RLIMIT_NOFILE; per address half of
+	// MaxConnections.
+	MaxConnections           int
+	MaxConnectionsPerAddress int
+	// BodyReadTimeout is how long a request body may take to arrive, from
+	// the moment its handler starts; it does not bound responses, streams
+	// or long polls. Default 2 minutes.
+	BodyReadTimeout time.Duration
 }
 
 // Defaults of Options.
@@ -99,6 +113,12 @@ const (
 	DefaultKeepExited        = 16
 	DefaultHistorySize       = 10000
 	nobody                   = 65534
+)
+
+// Defaults of the connection limits of Options.
+const (
+	DefaultMaxConnections  = 1024
+	DefaultBodyReadTimeout = 2 * time.Minute
 )
 
 // DefaultRoot is the workspace directory a server uses when Options.Root is
@@ -192,6 +212,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MaxConnections < 0 || o.MaxConnectionsPerAddress < 0 {
+		return o, fmt.Errorf("localsandbox: connection limits must not be negative")
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = defaultMaxConnections()
+	}
+	if o.MaxConnectionsPerAddress == 0 {
+		o.MaxConnectionsPerAddress = max(1, o.MaxConnections/2)
+	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	return o, nil
 }

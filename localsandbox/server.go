@@ -62,6 +62,9 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		opts:        opts,
 		log:         opts.Logger,
@@ -249,16 +252,22 @@ func (s *Server) Root() string { return s.opts.Root }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve answers requests on l until Shutdown. It refuses a listener off
-// loopback when the server has no API key.
+// loopback when the server has no API key. It holds at most
+// Options.MaxConnections connections (MaxConnectionsPerAddress from one
+// client), gives a request's header 10 s and its body
+// Options.BodyReadTimeout to arrive, and closes a connection that has
+// waited a minute for its next request.
 func (s *Server) Serve(l net.Listener) error {
 	if s.opts.InsecureNoAuth && !isLoopback(l.Addr()) {
 		return fmt.Errorf("localsandbox: refusing to serve %s without an API key: only loopback addresses may go without one", l.Addr())
 	}
+	lim := newConnLimiter(l, s.opts.MaxConnections, s.opts.MaxConnectionsPerAddress, s.log)
 	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		Handler:           s.withBodyDeadline(s.handler),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnState:         lim.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
@@ -268,8 +277,9 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.servers[srv] = struct{}{}
 	s.mu.Unlock()
-	s.log.Info("serving", "addr", l.Addr().String(), "root", s.opts.Root, "isolation", s.isolation)
-	return srv.Serve(l)
+	s.log.Info("serving", "addr", l.Addr().String(), "root", s.opts.Root, "isolation", s.isolation,
+		"max_connections", s.opts.MaxConnections, "max_connections_per_address", s.opts.MaxConnectionsPerAddress)
+	return srv.Serve(lim)
 }
 
 func isLoopback(addr net.Addr) bool {

@@ -43,6 +43,9 @@ type config struct {
 	isolation    string
 	uid, gid     int
 	logLevel     slog.Level
+
+	maxConns, maxConnsPerAddress int
+	bodyReadTimeout              time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -58,6 +61,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.uid, "uid", 65534, "host uid a sandbox's root maps to (when run as root)")
 	fs.IntVar(&c.gid, "gid", 65534, "host gid a sandbox's root maps to (when run as root)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.IntVar(&c.maxConns, "max-connections", 0, "connections held at once; over it an idle one is closed, or the new one (default 1024, at most a quarter of RLIMIT_NOFILE)")
+	fs.IntVar(&c.maxConnsPerAddress, "max-connections-per-address", 0, "connections held from one client IP address (default half of --max-connections)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", localsandbox.DefaultBodyReadTimeout, "how long a request body may take to arrive")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -110,6 +116,10 @@ func run(args []string, stderr io.Writer) error {
 		HostGID:        c.gid,
 		JournalBytes:   c.journalBytes,
 		Logger:         log,
+
+		MaxConnections:           c.maxConns,
+		MaxConnectionsPerAddress: c.maxConnsPerAddress,
+		BodyReadTimeout:          c.bodyReadTimeout,
 	})
 	if err != nil {
 		ln.Close()
