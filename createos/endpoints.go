@@ -257,7 +257,9 @@ type treeExit struct {
 const longestWait = 30 * time.Second
 
 // waitTree waits up to d for a process's whole tree to exit. exited is
-// false when it had not (408).
+// false when it had not: 408, or (what the hosted service may answer at
+// the timeout, CREATEOS-API.md §3.12) the process's current state, still
+// starting, running or terminating, or with tree_exited false.
 func (c *Client) waitTree(ctx context.Context, leaseID, pid string, d time.Duration) (te treeExit, exited bool, err error) {
 	rq := request{op: "wait for process", method: http.MethodGet, path: processPath(leaseID, pid) + "/wait",
 		query:    url.Values{"scope": {"tree"}, "timeout_ms": {strconv.FormatInt(d.Milliseconds(), 10)}},
@@ -268,12 +270,19 @@ func (c *Client) waitTree(ctx context.Context, leaseID, pid string, d time.Durat
 		Output   *struct {
 			NewestSeq *int64 `json:"newest_seq"`
 		} `json:"output"`
+		State      string `json:"state"`
+		TreeExited *bool  `json:"tree_exited"`
 	}
 	if err := c.call(ctx, rq, &data); err != nil {
 		if statusOf(err) == http.StatusRequestTimeout {
 			return treeExit{}, false, nil
 		}
 		return treeExit{}, false, err
+	}
+	switch {
+	case data.State == "starting" || data.State == "running" || data.State == "terminating",
+		data.TreeExited != nil && !*data.TreeExited:
+		return treeExit{}, false, nil
 	}
 	st, err := parseExitStatus(data.ExitCode, data.Signal)
 	if err != nil {
