@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"time"
 
@@ -187,13 +188,28 @@ func (c *Client) exec(ctx context.Context, leaseID, cmd string, args ...string) 
 	return *data.Result.ExitCode, nil
 }
 
-// putFile writes a file in the sandbox; the server creates its parents.
+// putFile writes a file in the sandbox. The hosted service requires the
+// parent directory to exist (sandboxd creates it): when the upload is
+// refused with 400 or 404 — the status of a missing parent is unconfirmed —
+// the parent is made with a one-shot `mkdir -p` and the upload sent once
+// more. A sandbox that is gone fails the mkdir with a *sandbox.LeaseGoneError.
 func (c *Client) putFile(ctx context.Context, leaseID, file string, content []byte) error {
 	if content == nil {
 		content = []byte{}
 	}
-	err := c.call(ctx, request{op: "upload file", method: http.MethodPut, path: sandboxPath(leaseID) + "/files",
-		query: url.Values{"path": {file}}, raw: content}, nil)
+	rq := request{op: "upload file", method: http.MethodPut, path: sandboxPath(leaseID) + "/files",
+		query: url.Values{"path": {file}}, raw: content}
+	err := c.call(ctx, rq, nil)
+	if status := statusOf(err); status == http.StatusNotFound || status == http.StatusBadRequest {
+		code, merr := c.exec(ctx, leaseID, "mkdir", "-p", "--", path.Dir(file))
+		if merr != nil {
+			return merr
+		}
+		if code != 0 {
+			return leaseGoneOn404(err, leaseID)
+		}
+		err = c.call(ctx, rq, nil)
+	}
 	return leaseGoneOn404(err, leaseID)
 }
 

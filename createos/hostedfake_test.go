@@ -933,3 +933,26 @@ func TestHostedStates(t *testing.T) {
 		assert.Equal(t, sandbox.LeaseStatus(status), lease.Status)
 	}
 }
+
+// A lease this client did not create has no staging directory, and the
+// hosted service does not make a file's parents: the upload is refused,
+// the directory made, and the upload sent again.
+func TestHostedStagingDirectoryOfALeaseCreatedElsewhere(t *testing.T) {
+	f := newHostedFake(t)
+	sb := f.addSandbox("made-elsewhere")
+	f.program = func(p *hostedProc) { p.write("stdout", "ok\n"); p.exitWith(0) }
+	c := newHostedClient(t, f)
+	lease, err := c.GetLease(t.Context(), sb.id)
+	require.NoError(t, err)
+
+	res, err := c.Execute(t.Context(), lease, sandbox.Command{Argv: []string{"cat"}, Stdin: []byte("in")}, nil)
+
+	require.NoError(t, err)
+	assert.Equal(t, "ok\n", res.Stdout)
+	puts := f.requests(http.MethodPut, "/sandboxes/"+sb.id+"/files")
+	require.Len(t, puts, 3, "the stdin twice (refused, then sent), the gate once")
+	assert.Equal(t, puts[0].Query["path"], puts[1].Query["path"])
+	execs := f.requests(http.MethodPost, "/sandboxes/"+sb.id+"/exec")
+	require.NotEmpty(t, execs)
+	assert.Contains(t, string(execs[0].Body), `"mkdir"`)
+}
