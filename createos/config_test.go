@@ -118,6 +118,7 @@ func TestPaceIntervalIsATriState(t *testing.T) {
 func TestNewRejectsBadSettings(t *testing.T) {
 	for field, cfg := range map[string]Config{
 		"OperationTimeout":  {OperationTimeout: -time.Second},
+		"CreateTimeout":     {CreateTimeout: -time.Second},
 		"ReadyTimeout":      {ReadyTimeout: -time.Second},
 		"StreamIdleTimeout": {StreamIdleTimeout: -time.Second},
 		"CaptureBytes":      {CaptureBytes: -1},
