@@ -98,15 +98,16 @@ const (
 	maxPages = 1000
 )
 
-// listSandboxes walks every page of the sandbox list, asking the [ext]
-// label filter ("k=v" each) of servers that know it (others ignore it).
-// legacy reports the project's own shape {"sandboxes":[…]}, one page.
-func (c *Client) listSandboxes(ctx context.Context, labels []string) (all []sandboxData, legacy bool, err error) {
+// listSandboxes walks every page of the sandbox list, with filters: the
+// [ext] label filter ("label": "k=v" each) of servers that know it (others
+// ignore it), or "status". legacy reports the project's own shape
+// {"sandboxes":[…]}, one page.
+func (c *Client) listSandboxes(ctx context.Context, filter url.Values) (all []sandboxData, legacy bool, err error) {
 	for offset, pages := 0, 0; ; pages++ {
 		if pages == maxPages {
 			return nil, false, invalidResponse("list sandboxes", "the list does not end")
 		}
-		items, total, legacy, err := c.listPage(ctx, labels, offset, pageSize)
+		items, total, legacy, err := c.listPage(ctx, filter, offset, pageSize)
 		if err != nil {
 			return nil, false, err
 		}
@@ -124,11 +125,11 @@ func (c *Client) listSandboxes(ctx context.Context, labels []string) (all []sand
 // {"data":[…],"pagination":{"total":N,…}}, or a legacy shape: a bare
 // array, or the project's {"sandboxes":[…]}. total is -1 when the answer
 // does not say (then there is no next page).
-func (c *Client) listPage(ctx context.Context, labels []string, offset, limit int) (items []sandboxData, total int, legacy bool, err error) {
+func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit int) (items []sandboxData, total int, legacy bool, err error) {
 	rq := request{op: "list sandboxes", method: http.MethodGet, path: "/sandboxes",
 		query: url.Values{"limit": {strconv.Itoa(limit)}, "offset": {strconv.Itoa(offset)}}}
-	if len(labels) > 0 {
-		rq.query["label"] = labels
+	for k, v := range filter {
+		rq.query[k] = v
 	}
 	var raw json.RawMessage
 	if err := c.call(ctx, rq, &raw); err != nil {

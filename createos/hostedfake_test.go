@@ -53,6 +53,9 @@ type hostedFake struct {
 	sandboxes []*hostedSandbox // in creation order
 	nextID    int
 	pageLimit int
+	// hideGone leaves destroyed and failed sandboxes out of a list without
+	// a status filter (whether the hosted service does is unconfirmed).
+	hideGone bool
 
 	// Set before the first request.
 	// boot runs while a create is held, before the sandbox runs; it may
@@ -297,7 +300,8 @@ func (f *hostedFake) list(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	var matching []map[string]any
 	for _, sb := range f.sandboxes {
-		if st := q.Get("status"); st == "" || st == sb.status {
+		gone := sb.status == "destroyed" || sb.status == "failed"
+		if st := q.Get("status"); st == sb.status || (st == "" && !(gone && f.hideGone)) {
 			matching = append(matching, sb.view())
 		}
 	}
@@ -845,7 +849,14 @@ func TestHostedCreateOutlastsItsBudget(t *testing.T) {
 // sandbox, so that the caller creates the next one under another key (and
 // so another name), as activities.create does.
 func TestHostedNameOfAGoneSandbox(t *testing.T) {
+	for _, hideGone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gone ones listed: %v", !hideGone), func(t *testing.T) { nameOfAGoneSandbox(t, hideGone) })
+	}
+}
+
+func nameOfAGoneSandbox(t *testing.T, hideGone bool) {
 	f := newHostedFake(t)
+	f.hideGone = hideGone
 	spec := runSpec("run-1", 0)
 	gone := f.addSandbox(createName("", spec.Labels, spec.IdempotencyKey))
 	gone.status = "destroyed"

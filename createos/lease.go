@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -103,7 +104,16 @@ func (c *Client) recoverCreate(ctx context.Context, name string, createErr error
 		!(status == http.StatusConflict || status >= 500 || errors.As(createErr, &unavailable)) {
 		return sandboxData{}, createErr
 	}
-	found, ok, err := c.findByName(ctx, name)
+	found, ok, err := c.findByName(ctx, name, nil)
+	if err == nil && !ok && status == http.StatusConflict {
+		// The name is taken, but not by a listed sandbox: the default list
+		// may leave out the ones that are gone (CREATEOS-API.md §2.4).
+		for _, gone := range []sandbox.LeaseStatus{sandbox.StatusDestroyed, sandbox.StatusFailed} {
+			if found, ok, err = c.findByName(ctx, name, url.Values{"status": {string(gone)}}); err != nil || ok {
+				break
+			}
+		}
+	}
 	switch {
 	case err != nil:
 		return sandboxData{}, alsoFailed(createErr, err)
@@ -117,10 +127,10 @@ func (c *Client) recoverCreate(ctx context.Context, name string, createErr error
 	return found, nil
 }
 
-// findByName walks the sandbox list for the one named name: the list has
-// no name filter (CREATEOS-API.md §5).
-func (c *Client) findByName(ctx context.Context, name string) (sandboxData, bool, error) {
-	all, _, err := c.listSandboxes(ctx, nil)
+// findByName walks the sandbox list (with filter) for the one named name:
+// the list has no name filter (CREATEOS-API.md §5).
+func (c *Client) findByName(ctx context.Context, name string, filter url.Values) (sandboxData, bool, error) {
+	all, _, err := c.listSandboxes(ctx, filter)
 	if err != nil {
 		return sandboxData{}, false, err
 	}
@@ -324,7 +334,11 @@ func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sa
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		pairs = append(pairs, k+"="+labels[k])
 	}
-	found, legacy, err := c.listSandboxes(ctx, pairs)
+	var filter url.Values
+	if len(pairs) > 0 {
+		filter = url.Values{"label": pairs}
+	}
+	found, legacy, err := c.listSandboxes(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
