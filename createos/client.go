@@ -1,6 +1,7 @@
 package createos
 
 import (
+	"sync"
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -17,6 +18,14 @@ type Client struct {
 	// while it becomes ready. Tests shorten them.
 	reconnectDelay time.Duration
 	pollInterval   time.Duration
+	// retryBase is the base of the backoff between two attempts of one
+	// request (CREATEOS-API.md §4.2).
+	retryBase time.Duration
+
+	// dialect is what the server turned out to speak, learned once (see
+	// serverDialect).
+	dialectMu sync.Mutex
+	dialect   dialect
 }
 
 var _ sandbox.Provider = (*Client)(nil)
@@ -44,5 +53,6 @@ func New(cfg Config) (*Client, error) {
 		pace:           newPacer(s.paceInterval),
 		reconnectDelay: defaultReconnectDelay,
 		pollInterval:   defaultPollInterval,
+		retryBase:      defaultRetryBase,
 	}, nil
 }

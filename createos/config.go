@@ -1,6 +1,7 @@
 package createos
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +19,10 @@ const (
 	DefaultShape = "s-1vcpu-1gb"
 	// DefaultOperationTimeout bounds each request that is not a stream.
 	DefaultOperationTimeout = 30 * time.Second
+	// DefaultCreateTimeout bounds each attempt of a sandbox create: the
+	// hosted service holds the request until the sandbox runs, which can
+	// outlast the official SDKs' 60 s.
+	DefaultCreateTimeout = 3 * time.Minute
 	// DefaultReadyTimeout bounds the wait for a new sandbox to run.
 	DefaultReadyTimeout = 2 * time.Minute
 	// DefaultPaceInterval spaces requests to a hosted service: it allows
@@ -58,6 +63,10 @@ type Config struct {
 	// output stream it bounds the wait for the response headers.
 	// Default DefaultOperationTimeout.
 	OperationTimeout time.Duration
+	// CreateTimeout bounds each attempt of a sandbox create, which the
+	// hosted service answers only once the sandbox runs. Default
+	// DefaultCreateTimeout.
+	CreateTimeout time.Duration
 	// ReadyTimeout bounds, as one deadline, the wait for a new sandbox to
 	// reach the running state. Default DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -79,12 +88,23 @@ type Config struct {
 	// Default DefaultStreamIdleTimeout.
 	StreamIdleTimeout time.Duration
 
+	// Secrets resolves the secret names of LeaseSpec.SecretEnv just before
+	// a create (activities.EnvSecrets fits). Nil means a LeaseSpec cannot
+	// have secrets.
+	Secrets Secrets
+
 	// HTTPClient sends the requests; nil means a client over
 	// http.DefaultTransport. The Client uses a copy of it that never
 	// follows redirects (the API key must not travel to another host) and
 	// has no overall Timeout (streams are long-lived; OperationTimeout
 	// bounds the other requests).
 	HTTPClient *http.Client
+}
+
+// Secrets resolves secret names to values. Its errors must not contain
+// secret values.
+type Secrets interface {
+	Secret(ctx context.Context, name string) (string, error)
 }
 
 // settings is a validated Config with its defaults applied.
@@ -94,11 +114,13 @@ type settings struct {
 	shape             string
 	rootfs, region    string
 	operationTimeout  time.Duration
+	createTimeout     time.Duration
 	readyTimeout      time.Duration
 	paceInterval      time.Duration // 0: no pacing
 	captureBytes      int
 	workspace         string
 	streamIdleTimeout time.Duration
+	secrets           Secrets
 	httpClient        *http.Client
 }
 
@@ -119,16 +141,19 @@ func (cfg Config) resolve() (settings, error) {
 		rootfs:            cfg.Rootfs,
 		region:            cfg.Region,
 		operationTimeout:  orDefault(cfg.OperationTimeout, DefaultOperationTimeout),
+		createTimeout:     orDefault(cfg.CreateTimeout, DefaultCreateTimeout),
 		readyTimeout:      orDefault(cfg.ReadyTimeout, DefaultReadyTimeout),
 		captureBytes:      orDefault(cfg.CaptureBytes, DefaultCaptureBytes),
 		workspace:         orDefault(cfg.Workspace, DefaultWorkspace),
 		streamIdleTimeout: orDefault(cfg.StreamIdleTimeout, DefaultStreamIdleTimeout),
+		secrets:           cfg.Secrets,
 	}
 	for _, d := range []struct {
 		field string
 		value time.Duration
 	}{
 		{"OperationTimeout", s.operationTimeout},
+		{"CreateTimeout", s.createTimeout},
 		{"ReadyTimeout", s.readyTimeout},
 		{"StreamIdleTimeout", s.streamIdleTimeout},
 	} {

@@ -81,6 +81,7 @@ func TestNewDefaults(t *testing.T) {
 		key:               testKey,
 		shape:             DefaultShape,
 		operationTimeout:  30 * time.Second,
+		createTimeout:     3 * time.Minute,
 		readyTimeout:      2 * time.Minute,
 		paceInterval:      300 * time.Millisecond,
 		captureBytes:      256 << 10,
@@ -90,6 +91,7 @@ func TestNewDefaults(t *testing.T) {
 	}, c.cfg)
 	assert.Equal(t, 250*time.Millisecond, c.reconnectDelay)
 	assert.Equal(t, 250*time.Millisecond, c.pollInterval)
+	assert.Equal(t, 500*time.Millisecond, c.retryBase)
 	assert.NotNil(t, c.pace)
 }
 
@@ -116,6 +118,7 @@ func TestPaceIntervalIsATriState(t *testing.T) {
 func TestNewRejectsBadSettings(t *testing.T) {
 	for field, cfg := range map[string]Config{
 		"OperationTimeout":  {OperationTimeout: -time.Second},
+		"CreateTimeout":     {CreateTimeout: -time.Second},
 		"ReadyTimeout":      {ReadyTimeout: -time.Second},
 		"StreamIdleTimeout": {StreamIdleTimeout: -time.Second},
 		"CaptureBytes":      {CaptureBytes: -1},

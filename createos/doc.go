@@ -1,6 +1,12 @@
 // Package createos is a sandbox.Provider over the CreateOS sandbox HTTP API
 // (the contract is the project's PROTOCOL.md): the hosted service, or the
-// project's own local server, which speaks the same protocol.
+// project's own local server, which speaks the same protocol with a few
+// extensions (labels, Idempotency-Key) and older shapes. The client reads
+// both shapes and works without the extensions.
+//
+//	client, err := createos.New(createos.Config{BaseURL: "https://api.sb.createos.sh", APIKey: key})
+//	lease, err := client.CreateLease(ctx, sandbox.LeaseSpec{Labels: map[string]string{"run": id}})
+//	res, err := client.Execute(ctx, lease, sandbox.Command{Argv: []string{"make", "test"}}, nil)
 //
 // A Client leases sandboxes (CreateLease, GetLease, DestroyLease,
 // ListLeases, PauseLease, ResumeLease) and runs commands in them (Execute,
@@ -29,6 +35,23 @@
 //     Destroy the lease; never reuse it.
 //   - *sandbox.ConnectionExhaustedError: the output could not be followed;
 //     the process was killed, so running the command again is safe.
+//
+// # A create whose answer is lost
+//
+// The hosted service holds a create until the sandbox runs (CreateTimeout
+// bounds it) and has neither labels nor idempotency keys. On such a server
+// a create carries a name derived from its labels and idempotency key:
+// when the answer never comes, or the name is taken, the sandbox is looked
+// up by that name instead of being created twice, and ListLeases finds a
+// run's sandboxes by their names, so the orphan sweep works there too.
+//
+// # Retries
+//
+// Requests follow the official SDKs' rules: idempotent ones are repeated
+// after a network error or 408/500/502/504, any after 429 or 503, up to
+// three attempts, honouring Retry-After. Failures keep the server's machine
+// code and request id (*sandbox.APIError); 402 is a
+// *sandbox.PaymentRequiredError.
 //
 // # Rate limit
 //

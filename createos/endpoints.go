@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"time"
 
@@ -27,20 +28,28 @@ func processPath(leaseID, pid string) string {
 type sandboxData struct {
 	ID        string            `json:"id"`
 	Status    string            `json:"status"`
+	Name      string            `json:"name"`
 	Workspace string            `json:"workspace"` // [ext]
 	Labels    map[string]string `json:"labels"`    // [ext]
 }
 
 type createSandboxBody struct {
-	Shape          string            `json:"shape"`
-	Rootfs         string            `json:"rootfs,omitempty"`
-	Region         string            `json:"region,omitempty"`
-	IngressEnabled bool              `json:"ingress_enabled"`
-	Labels         map[string]string `json:"labels,omitempty"`
+	Shape                 string            `json:"shape"`
+	Rootfs                string            `json:"rootfs,omitempty"`
+	Region                string            `json:"region,omitempty"`
+	Name                  string            `json:"name,omitempty"`
+	DiskMiB               int               `json:"disk_mib,omitempty"`
+	Egress                []string          `json:"egress,omitempty"`
+	Envs                  map[string]string `json:"envs,omitempty"`
+	AutoPauseAfterSeconds int64             `json:"auto_pause_after_seconds,omitempty"`
+	IngressEnabled        bool              `json:"ingress_enabled"`
+	Labels                map[string]string `json:"labels,omitempty"` // [ext]
 }
 
+// createSandbox sends a create, which the hosted service answers only
+// once the sandbox runs: each attempt has the create budget.
 func (c *Client) createSandbox(ctx context.Context, body createSandboxBody, idempotencyKey string) (sandboxData, error) {
-	rq := request{op: "create sandbox", method: http.MethodPost, path: "/sandboxes", json: body}
+	rq := request{op: "create sandbox", method: http.MethodPost, path: "/sandboxes", json: body, timeout: c.cfg.createTimeout}
 	if idempotencyKey != "" {
 		rq.header = http.Header{"Idempotency-Key": {idempotencyKey}}
 	}
@@ -50,6 +59,11 @@ func (c *Client) createSandbox(ctx context.Context, body createSandboxBody, idem
 	}
 	if !sandbox.ValidID(data.ID) {
 		return sandboxData{}, invalidResponse(rq.op, "the sandbox id is missing or not a valid id")
+	}
+	if data.Status == "" {
+		// The TypeScript SDK documents a create answer without a status
+		// and takes it for running (CREATEOS-API.md §6.1); a GET settles it.
+		data.Status = string(sandbox.StatusCreating)
 	}
 	return data, nil
 }
@@ -76,22 +90,78 @@ func (c *Client) deleteSandbox(ctx context.Context, id string) error {
 	return err
 }
 
-// listSandboxes asks for the sandboxes carrying labels ("k=v" each) [ext].
-func (c *Client) listSandboxes(ctx context.Context, labels []string) ([]sandboxData, error) {
-	rq := request{op: "list sandboxes", method: http.MethodGet, path: "/sandboxes"}
-	if len(labels) > 0 {
-		rq.query = url.Values{"label": labels}
+const (
+	// pageSize is the limit asked of each page of a list: the most the
+	// hosted service gives (CREATEOS-API.md §1.7).
+	pageSize = 500
+	// maxPages bounds one list walk against a server that never ends it.
+	maxPages = 1000
+)
+
+// listSandboxes walks every page of the sandbox list, with filters: the
+// [ext] label filter ("label": "k=v" each) of servers that know it (others
+// ignore it), or "status". legacy reports the project's own shape
+// {"sandboxes":[…]}, one page.
+func (c *Client) listSandboxes(ctx context.Context, filter url.Values) (all []sandboxData, legacy bool, err error) {
+	for offset, pages := 0, 0; ; pages++ {
+		if pages == maxPages {
+			return nil, false, invalidResponse("list sandboxes", "the list does not end")
+		}
+		items, total, legacy, err := c.listPage(ctx, filter, offset, pageSize)
+		if err != nil {
+			return nil, false, err
+		}
+		all = append(all, items...)
+		// CREATEOS-API.md §4.6: the next offset counts what came, never the
+		// page size asked (the server clamps it).
+		offset += len(items)
+		if legacy || len(items) == 0 || total < 0 || offset >= total {
+			return all, legacy, nil
+		}
 	}
-	var data struct {
-		Sandboxes *[]sandboxData `json:"sandboxes"`
+}
+
+// listPage reads one page of the sandbox list. Its data is the official
+// {"data":[…],"pagination":{"total":N,…}}, or a legacy shape: a bare
+// array, or the project's {"sandboxes":[…]}. total is -1 when the answer
+// does not say (then there is no next page).
+func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit int) (items []sandboxData, total int, legacy bool, err error) {
+	rq := request{op: "list sandboxes", method: http.MethodGet, path: "/sandboxes",
+		query: url.Values{"limit": {strconv.Itoa(limit)}, "offset": {strconv.Itoa(offset)}}}
+	for k, v := range filter {
+		rq.query[k] = v
 	}
-	if err := c.call(ctx, rq, &data); err != nil {
-		return nil, err
+	var raw json.RawMessage
+	if err := c.call(ctx, rq, &raw); err != nil {
+		return nil, 0, false, err
 	}
-	if data.Sandboxes == nil {
-		return nil, invalidResponse(rq.op, "the answer has no sandboxes list")
+	if len(raw) > 0 && raw[0] == '[' {
+		if json.Unmarshal(raw, &items) != nil {
+			return nil, 0, false, invalidResponse(rq.op, "the list does not have the expected shape")
+		}
+		return items, -1, false, nil
 	}
-	return *data.Sandboxes, nil
+	var page struct {
+		Data       *[]sandboxData `json:"data"`
+		Sandboxes  *[]sandboxData `json:"sandboxes"`
+		Pagination *struct {
+			Total *int `json:"total"`
+		} `json:"pagination"`
+	}
+	if json.Unmarshal(raw, &page) != nil {
+		return nil, 0, false, invalidResponse(rq.op, "the list does not have the expected shape")
+	}
+	switch {
+	case page.Data != nil:
+		total = -1
+		if page.Pagination != nil && page.Pagination.Total != nil {
+			total = *page.Pagination.Total
+		}
+		return *page.Data, total, false, nil
+	case page.Sandboxes != nil:
+		return *page.Sandboxes, -1, true, nil
+	}
+	return nil, 0, false, invalidResponse(rq.op, "the answer has no list of sandboxes")
 }
 
 // transition asks for an asynchronous pause or resume ("pause", "resume").
@@ -119,13 +189,28 @@ func (c *Client) exec(ctx context.Context, leaseID, cmd string, args ...string) 
 	return *data.Result.ExitCode, nil
 }
 
-// putFile writes a file in the sandbox; the server creates its parents.
+// putFile writes a file in the sandbox. The hosted service requires the
+// parent directory to exist (sandboxd creates it): when the upload is
+// refused with 400 or 404 — the status of a missing parent is unconfirmed —
+// the parent is made with a one-shot `mkdir -p` and the upload sent once
+// more. A sandbox that is gone fails the mkdir with a *sandbox.LeaseGoneError.
 func (c *Client) putFile(ctx context.Context, leaseID, file string, content []byte) error {
 	if content == nil {
 		content = []byte{}
 	}
-	err := c.call(ctx, request{op: "upload file", method: http.MethodPut, path: sandboxPath(leaseID) + "/files",
-		query: url.Values{"path": {file}}, raw: content}, nil)
+	rq := request{op: "upload file", method: http.MethodPut, path: sandboxPath(leaseID) + "/files",
+		query: url.Values{"path": {file}}, raw: content}
+	err := c.call(ctx, rq, nil)
+	if status := statusOf(err); status == http.StatusNotFound || status == http.StatusBadRequest {
+		code, merr := c.exec(ctx, leaseID, "mkdir", "-p", "--", path.Dir(file))
+		if merr != nil {
+			return merr
+		}
+		if code != 0 {
+			return leaseGoneOn404(err, leaseID)
+		}
+		err = c.call(ctx, rq, nil)
+	}
 	return leaseGoneOn404(err, leaseID)
 }
 
@@ -189,23 +274,32 @@ type treeExit struct {
 const longestWait = 30 * time.Second
 
 // waitTree waits up to d for a process's whole tree to exit. exited is
-// false when it had not (408).
+// false when it had not: 408, or (what the hosted service may answer at
+// the timeout, CREATEOS-API.md §3.12) the process's current state, still
+// starting, running or terminating, or with tree_exited false.
 func (c *Client) waitTree(ctx context.Context, leaseID, pid string, d time.Duration) (te treeExit, exited bool, err error) {
 	rq := request{op: "wait for process", method: http.MethodGet, path: processPath(leaseID, pid) + "/wait",
 		query:    url.Values{"scope": {"tree"}, "timeout_ms": {strconv.FormatInt(d.Milliseconds(), 10)}},
-		longPoll: d}
+		longPoll: d, own: []int{http.StatusRequestTimeout}}
 	var data struct {
 		ExitCode json.RawMessage `json:"exit_code"`
 		Signal   json.RawMessage `json:"signal"`
 		Output   *struct {
 			NewestSeq *int64 `json:"newest_seq"`
 		} `json:"output"`
+		State      string `json:"state"`
+		TreeExited *bool  `json:"tree_exited"`
 	}
 	if err := c.call(ctx, rq, &data); err != nil {
 		if statusOf(err) == http.StatusRequestTimeout {
 			return treeExit{}, false, nil
 		}
 		return treeExit{}, false, err
+	}
+	switch {
+	case data.State == "starting" || data.State == "running" || data.State == "terminating",
+		data.TreeExited != nil && !*data.TreeExited:
+		return treeExit{}, false, nil
 	}
 	st, err := parseExitStatus(data.ExitCode, data.Signal)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -20,47 +21,198 @@ var errNotReady = errors.New("the sandbox was not running within the ready timeo
 // CreateLease creates a sandbox, waits until it runs and prepares its
 // workspace (the directory where commands' files are staged).
 //
+// The spec is validated first (sandbox.LeaseSpec.Validate, at most
+// five labels); its SecretEnv is resolved with Config.Secrets. Nothing is
+// sent when either fails.
+//
 // The request carries spec.Labels, and spec.IdempotencyKey as the header
-// Idempotency-Key; both are extensions of the protocol that a server may
-// ignore. The sandbox is created with ingress disabled. The wait polls the
-// sandbox's state through creating, pausing and resuming under one
-// deadline, ReadyTimeout; a sandbox that settles in another state than
-// running, or not in time, is a failure.
+// Idempotency-Key: extensions of the protocol that a server may ignore. On
+// a server that speaks the official API (learned once, from the shape of
+// its sandbox list) it also carries a name derived from the prefix, the
+// labels and the key (see names.go): when the answer never comes, or the
+// name is taken (409), the sandbox is looked up by that name and, if it
+// lives, used. The create has its own budget, CreateTimeout, as the hosted
+// service answers only once the sandbox runs. The sandbox is created with
+// ingress disabled. The wait polls the sandbox's state through the
+// transitional states under one deadline, ReadyTimeout; a sandbox that
+// settles in another state than running, or not in time, is a failure.
 //
 // If any step after the server returned the sandbox's id fails, the
 // sandbox is destroyed before the error is returned, with a deadline of
 // its own even when ctx has ended. If that cannot be confirmed either, the
 // error is a *sandbox.CleanupError naming the sandbox, which may still
-// exist. A create request that got no answer (or a 5xx) may have created
-// a sandbox whose id never came back: find it by its labels with
-// ListLeases.
+// exist. A create request that got no answer (or a 5xx), and whose
+// sandbox the name did not find, may still have created one: find it by
+// its labels with ListLeases.
 //
-// A sandbox that settles in a state other than running is a
-// *sandbox.LeaseGoneError (it was destroyed); one still not running after
-// ReadyTimeout is a *sandbox.UnavailableError; a workspace that cannot be
+// A sandbox that settles in a state other than running — or that the name
+// found already destroying — is a *sandbox.LeaseGoneError; one still not
+// running after ReadyTimeout is a *sandbox.UnavailableError; no credit
+// (402) is a *sandbox.PaymentRequiredError; a workspace that cannot be
 // prepared (mkdir exits non-zero) is a *sandbox.ProtocolError, as a new
 // sandbox must allow it.
 func (c *Client) CreateLease(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Lease{}, err
+	}
 	if err := checkLabels(spec.Labels); err != nil {
 		return sandbox.Lease{}, err
 	}
-	if strings.ContainsFunc(spec.IdempotencyKey, isControl) {
-		return sandbox.Lease{}, &sandbox.InvalidInputError{Field: "idempotency key", Reason: "must not contain control characters"}
-	}
-	created, err := c.createSandbox(ctx, createSandboxBody{
-		Shape:  orDefault(spec.Shape, c.cfg.shape),
-		Rootfs: orDefault(spec.Rootfs, c.cfg.rootfs),
-		Region: orDefault(spec.Region, c.cfg.region),
-		Labels: spec.Labels,
-	}, spec.IdempotencyKey)
+	envs, err := c.leaseEnv(ctx, spec)
 	if err != nil {
 		return sandbox.Lease{}, err
+	}
+	body := createSandboxBody{
+		Shape:                 orDefault(spec.Shape, c.cfg.shape),
+		Rootfs:                orDefault(spec.Rootfs, c.cfg.rootfs),
+		Region:                orDefault(spec.Region, c.cfg.region),
+		DiskMiB:               spec.DiskMiB,
+		Egress:                spec.Egress,
+		Envs:                  envs,
+		AutoPauseAfterSeconds: int64(spec.AutoPauseAfter / time.Second),
+		Labels:                spec.Labels,
+	}
+	d, err := c.serverDialect(ctx)
+	if err != nil {
+		return sandbox.Lease{}, err
+	}
+	if d == dialectOfficial {
+		body.Name = createName(spec.NamePrefix, spec.Labels, spec.IdempotencyKey)
+	}
+	created, err := c.createSandbox(ctx, body, spec.IdempotencyKey)
+	if err != nil {
+		if created, err = c.recoverCreate(ctx, body.Name, err); err != nil {
+			return sandbox.Lease{}, err
+		}
 	}
 	lease, err := c.prepare(ctx, created)
 	if err != nil {
 		return sandbox.Lease{}, c.discardSandbox(ctx, created.ID, err)
 	}
 	return lease, nil
+}
+
+// recoverCreate looks a failed create's sandbox up by its name when the
+// failure leaves room for one: no answer, a 5xx, or the name taken (409).
+// It returns the sandbox found, or createErr when there is none (or no
+// name to look for). A sandbox found already destroying or gone is a
+// *sandbox.LeaseGoneError.
+func (c *Client) recoverCreate(ctx context.Context, name string, createErr error) (sandboxData, error) {
+	var unavailable *sandbox.UnavailableError
+	status := statusOf(createErr)
+	if name == "" || ctx.Err() != nil ||
+		!(status == http.StatusConflict || status >= 500 || errors.As(createErr, &unavailable)) {
+		return sandboxData{}, createErr
+	}
+	found, ok, err := c.findByName(ctx, name, nil)
+	if err == nil && !ok && status == http.StatusConflict {
+		// The name is taken, but not by a listed sandbox: the default list
+		// may leave out the ones that are gone (CREATEOS-API.md §2.4).
+		for _, gone := range []sandbox.LeaseStatus{sandbox.StatusDestroyed, sandbox.StatusFailed} {
+			if found, ok, err = c.findByName(ctx, name, url.Values{"status": {string(gone)}}); err != nil || ok {
+				break
+			}
+		}
+	}
+	switch {
+	case err != nil:
+		return sandboxData{}, alsoFailed(createErr, err)
+	case !ok:
+		return sandboxData{}, createErr
+	case !sandbox.LeaseStatus(found.Status).Known():
+		return sandboxData{}, invalidResponse("list sandboxes", "unknown status "+quoteIfSafe(found.Status))
+	case sandbox.LeaseStatus(found.Status).Terminal():
+		return sandboxData{}, &sandbox.LeaseGoneError{LeaseID: found.ID, Status: sandbox.LeaseStatus(found.Status)}
+	}
+	return found, nil
+}
+
+// findByName walks the sandbox list (with filter) for the one named name:
+// the list has no name filter (CREATEOS-API.md §5).
+func (c *Client) findByName(ctx context.Context, name string, filter url.Values) (sandboxData, bool, error) {
+	all, _, err := c.listSandboxes(ctx, filter)
+	if err != nil {
+		return sandboxData{}, false, err
+	}
+	for _, data := range all {
+		if data.Name == name {
+			if !sandbox.ValidID(data.ID) {
+				return sandboxData{}, false, invalidResponse("list sandboxes", "a sandbox id is not a valid id")
+			}
+			return data, true, nil
+		}
+	}
+	return sandboxData{}, false, nil
+}
+
+// leaseEnv returns the variables of a new sandbox: spec.Env and the
+// resolved values of spec.SecretEnv. Error text never holds a value.
+func (c *Client) leaseEnv(ctx context.Context, spec sandbox.LeaseSpec) (map[string]string, error) {
+	if len(spec.SecretEnv) == 0 {
+		return spec.Env, nil
+	}
+	if c.cfg.secrets == nil {
+		return nil, &sandbox.InvalidInputError{Field: "secretEnv", Reason: "this client has no secret source configured (Config.Secrets)"}
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = make(map[string]string, len(spec.SecretEnv))
+	}
+	for variable, secret := range spec.SecretEnv {
+		value, err := c.cfg.secrets.Secret(ctx, secret)
+		if err != nil {
+			return nil, &sandbox.InvalidInputError{Field: "secretEnv", Reason: err.Error()}
+		}
+		env[variable] = value
+	}
+	return env, nil
+}
+
+// dialect is the shape of the API a server speaks.
+type dialect int
+
+const (
+	dialectUnknown dialect = iota
+	// dialectLegacy: the project's own shapes ({"sandboxes":[…]} lists),
+	// with labels and Idempotency-Key; sandboxes are not named.
+	dialectLegacy
+	// dialectOfficial: the hosted service's shapes (paginated lists);
+	// creates are named.
+	dialectOfficial
+)
+
+// serverDialect learns, once, which dialect the server speaks, from one
+// page of its sandbox list: the project's legacy wrapper (or no list at
+// all: 404, 405, 501) is legacy, anything else official.
+func (c *Client) serverDialect(ctx context.Context) (dialect, error) {
+	c.dialectMu.Lock()
+	d := c.dialect
+	c.dialectMu.Unlock()
+	if d != dialectUnknown {
+		return d, nil
+	}
+	_, _, legacy, err := c.listPage(ctx, nil, 0, 1)
+	switch status := statusOf(err); {
+	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed || status == http.StatusNotImplemented:
+		legacy = true
+	case err != nil:
+		return dialectUnknown, err
+	}
+	return c.learnDialect(legacy), nil
+}
+
+// learnDialect records what a list answer showed of the server.
+func (c *Client) learnDialect(legacy bool) dialect {
+	d := dialectOfficial
+	if legacy {
+		d = dialectLegacy
+	}
+	c.dialectMu.Lock()
+	defer c.dialectMu.Unlock()
+	if c.dialect == dialectUnknown {
+		c.dialect = d
+	}
+	return c.dialect
 }
 
 // prepare waits until a new sandbox runs and creates its staging
@@ -102,7 +254,7 @@ func (c *Client) awaitRunning(ctx context.Context, id string) (sandboxData, erro
 		switch {
 		case err == nil && status == sandbox.StatusRunning:
 			return data, nil
-		case err == nil && !status.Transitional():
+		case err == nil && (status.Terminal() || !status.Transitional()):
 			if err := checkStatusName(data.Status); err != nil {
 				return sandboxData{}, err
 			}
@@ -163,13 +315,17 @@ func (c *Client) DestroyLease(ctx context.Context, leaseID string) error {
 	return c.deleteSandbox(ctx, leaseID)
 }
 
-// ListLeases returns the sandboxes that carry every one of labels, with the
-// [ext] request GET /sandboxes?label=k=v&label=…
+// ListLeases returns the sandboxes that carry every one of labels. It
+// walks every page of the sandbox list, asking the [ext] filter
+// GET /sandboxes?label=k=v&label=… of servers that know it.
 //
-// The answer is filtered again on the client by the labels each sandbox
-// reports: a server that ignores the filter, or reports no labels, yields
-// fewer leases, never someone else's. An orphan sweep that destroys what
-// it lists stays safe on any server.
+// The answer is filtered again on the client: a sandbox matches when the
+// labels it reports carry every wanted pair, or when its name (one that
+// CreateLease gave it, on a server without labels) holds the segment of
+// every wanted pair; such a sandbox reports the wanted labels as its
+// Labels. A server that ignores the filter yields fewer leases, never
+// someone else's: an orphan sweep that destroys what it lists stays safe
+// on any server.
 func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sandbox.Lease, error) {
 	if err := checkLabels(labels); err != nil {
 		return nil, err
@@ -178,10 +334,15 @@ func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sa
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		pairs = append(pairs, k+"="+labels[k])
 	}
-	found, err := c.listSandboxes(ctx, pairs)
+	var filter url.Values
+	if len(pairs) > 0 {
+		filter = url.Values{"label": pairs}
+	}
+	found, legacy, err := c.listSandboxes(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
+	c.learnDialect(legacy)
 	var leases []sandbox.Lease
 	for _, data := range found {
 		if !sandbox.ValidID(data.ID) {
@@ -191,9 +352,14 @@ func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sa
 		if err != nil {
 			return nil, err
 		}
-		if carries(lease.Labels, labels) {
-			leases = append(leases, lease)
+		switch {
+		case carries(lease.Labels, labels):
+		case len(lease.Labels) == 0 && nameCarries(data.Name, labels):
+			lease.Labels = maps.Clone(labels)
+		default:
+			continue
 		}
+		leases = append(leases, lease)
 	}
 	return leases, nil
 }
@@ -243,19 +409,21 @@ func (c *Client) toLease(data sandboxData) (sandbox.Lease, error) {
 	return sandbox.Lease{ID: data.ID, Status: sandbox.LeaseStatus(data.Status), Workspace: workspace, Labels: data.Labels}, nil
 }
 
-// checkStatusName accepts the states of the contract.
+// checkStatusName accepts the states of CREATEOS-API.md §2.1.
 func checkStatusName(status string) error {
-	switch sandbox.LeaseStatus(status) {
-	case sandbox.StatusCreating, sandbox.StatusRunning, sandbox.StatusPausing, sandbox.StatusPaused,
-		sandbox.StatusResuming, sandbox.StatusError, sandbox.StatusDestroyed, sandbox.StatusFailed:
+	if sandbox.LeaseStatus(status).Known() {
 		return nil
 	}
 	return invalidResponse("sandbox", "unknown status "+quoteIfSafe(status))
 }
 
-// checkLabels accepts labels that survive the list query (label=k=v): a
-// key is not empty and has no '='; nothing has control characters.
+// checkLabels accepts labels that survive the list query (label=k=v) and
+// fit a sandbox name: at most maxLabels; a key is not empty and has no
+// '='; nothing has control characters.
 func checkLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return &sandbox.InvalidInputError{Field: "labels", Reason: fmt.Sprintf("at most %d labels (they must fit a sandbox name)", maxLabels)}
+	}
 	for k, v := range labels {
 		if k == "" || strings.Contains(k, "=") || strings.ContainsFunc(k, isControl) {
 			return &sandbox.InvalidInputError{Field: "labels", Reason: "a key must be non-empty, without '=' or control characters"}

@@ -19,7 +19,8 @@ func TestCreateLease(t *testing.T) {
 
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.Lease{ID: "sb-1", Status: sandbox.StatusRunning, Workspace: "/workspace"}, lease)
-	assert.Equal(t, []string{"createSandbox", "exec"}, f.routes(), "a sandbox created running is not polled")
+	assert.Equal(t, []string{"listSandboxes", "createSandbox", "exec"}, f.routes(), "one list learns the dialect; a sandbox created running is not polled")
+	assert.Equal(t, "1", f.requests("listSandboxes")[0].Query.Get("limit"))
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(f.requests("createSandbox")[0].Body, &body))
 	assert.Equal(t, map[string]any{"shape": DefaultShape, "rootfs": "ubuntu-24.04", "region": "fra", "ingress_enabled": false}, body)
@@ -42,7 +43,7 @@ func TestCreateLeaseWaitsThroughCreating(t *testing.T) {
 
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.Lease{ID: "sb-1", Status: sandbox.StatusRunning, Workspace: "/home/user/work"}, lease)
-	assert.Equal(t, []string{"createSandbox", "getSandbox", "getSandbox", "getSandbox", "exec"}, f.routes())
+	assert.Equal(t, []string{"listSandboxes", "createSandbox", "getSandbox", "getSandbox", "getSandbox", "exec"}, f.routes())
 	assert.Contains(t, string(f.requests("exec")[0].Body), `"/home/user/work/.sandboxflow"`)
 }
 
@@ -80,6 +81,7 @@ func TestCreateLeaseDestroysASandboxItCannotPrepare(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
+	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -87,7 +89,7 @@ func TestCreateLeaseDestroysASandboxItCannotPrepare(t *testing.T) {
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, http.StatusServiceUnavailable, api.Status)
 	assert.Equal(t, sandbox.TypeAPI, sandbox.ErrorType(err), "the sandbox was destroyed: no cleanup error")
-	assert.Equal(t, []string{"createSandbox", "exec", "deleteSandbox"}, f.routes())
+	assert.Equal(t, []string{"listSandboxes", "createSandbox", "exec", "exec", "exec", "deleteSandbox"}, f.routes(), "503 means not processed: the exec is tried three times")
 	assert.Equal(t, "/sandboxes/sb-1", f.requests("deleteSandbox")[0].Path)
 }
 
@@ -102,6 +104,7 @@ func TestCreateLeaseCleanupUnconfirmed(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
+	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -131,7 +134,7 @@ func TestCreateLeaseThatFailsToRun(t *testing.T) {
 	var gone *sandbox.LeaseGoneError
 	require.ErrorAs(t, err, &gone)
 	assert.Equal(t, sandbox.LeaseGoneError{LeaseID: "sb-1", Status: sandbox.StatusFailed}, *gone)
-	assert.Equal(t, []string{"createSandbox", "getSandbox", "deleteSandbox"}, f.routes())
+	assert.Equal(t, []string{"listSandboxes", "createSandbox", "getSandbox", "deleteSandbox"}, f.routes())
 }
 
 func TestCreateLeaseReadyTimeout(t *testing.T) {
@@ -152,10 +155,18 @@ func TestCreateLeaseRejectsBadSpec(t *testing.T) {
 	f := newFakeServer(t)
 	c := newTestClient(t, f)
 	for name, spec := range map[string]sandbox.LeaseSpec{
-		"label key with =":   {Labels: map[string]string{"a=b": "c"}},
-		"empty label key":    {Labels: map[string]string{"": "c"}},
-		"newline in label":   {Labels: map[string]string{"a": "b\nc"}},
-		"newline in the key": {IdempotencyKey: "k\r\nX-Evil: 1"},
+		"label key with =":      {Labels: map[string]string{"a=b": "c"}},
+		"empty label key":       {Labels: map[string]string{"": "c"}},
+		"newline in label":      {Labels: map[string]string{"a": "b\nc"}},
+		"newline in the key":    {IdempotencyKey: "k\r\nX-Evil: 1"},
+		"six labels":            {Labels: map[string]string{"a": "", "b": "", "c": "", "d": "", "e": "", "f": ""}},
+		"bad env name":          {Env: map[string]string{"BAD;KEY": "x"}},
+		"secret without source": {SecretEnv: map[string]string{"TOKEN": "deploy-token"}},
+		"upper-case prefix":     {NamePrefix: "Team"},
+		"double hyphen":         {NamePrefix: "a--b"},
+		"auto pause too short":  {AutoPauseAfter: 59 * time.Second},
+		"negative disk":         {DiskMiB: -1},
+		"empty egress rule":     {Egress: []string{""}},
 	} {
 		_, err := c.CreateLease(t.Context(), spec)
 		var invalid *sandbox.InvalidInputError
@@ -220,10 +231,12 @@ func TestDestroyLease(t *testing.T) {
 		fail(w, http.StatusBadGateway)
 		return true
 	})
+	c.retryBase = time.Millisecond
 	err := c.DestroyLease(t.Context(), lease.ID)
 	var api *sandbox.APIError
 	require.ErrorAs(t, err, &api)
 	assert.True(t, sandbox.Retryable(err))
+	assert.Equal(t, 2+3, f.count("deleteSandbox"), "a DELETE answered 502 is tried three times")
 }
 
 func TestListLeases(t *testing.T) {
@@ -241,8 +254,9 @@ func TestListLeases(t *testing.T) {
 	assert.Equal(t, mine.ID, leases[0].ID)
 	assert.Equal(t, "wf-1", leases[0].Labels["workflow"])
 	lists := f.requests("listSandboxes")
-	require.Len(t, lists, 1)
-	assert.Equal(t, []string{"attempt=1", "workflow=wf-1"}, lists[0].Query["label"])
+	require.Len(t, lists, 2, "the first learned the dialect")
+	assert.Equal(t, []string{"attempt=1", "workflow=wf-1"}, lists[1].Query["label"])
+	assert.Equal(t, "500", lists[1].Query.Get("limit"))
 }
 
 func TestListLeasesFiltersWhatTheServerIgnores(t *testing.T) {

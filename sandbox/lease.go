@@ -1,18 +1,47 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
 
 //go:generate go tool mockgen -destination=sandboxmock/provider.go -package=sandboxmock -typed . Provider
 
 // LeaseSpec describes the sandbox to lease. Empty fields take the
-// provider's defaults.
+// provider's defaults. Validate checks it before anything is sent.
 type LeaseSpec struct {
 	// Shape is the machine size, for example "s-1vcpu-1gb".
 	Shape string `json:"shape,omitempty"`
-	// Rootfs names the root filesystem image.
+	// Rootfs names the root filesystem image (a catalog name such as
+	// "devbox:1", or a template).
 	Rootfs string `json:"rootfs,omitempty"`
 	// Region is where the sandbox runs.
 	Region string `json:"region,omitempty"`
+	// DiskMiB is the disk size; zero means the shape's default.
+	DiskMiB int `json:"diskMiB,omitempty"`
+	// Egress is the allowlist of outbound destinations ("host:port" or
+	// "host"); empty allows everything.
+	Egress []string `json:"egress,omitempty"`
+	// Env sets variables in every command run in the sandbox. Values are
+	// workflow input, stored in history: put secrets in SecretEnv.
+	Env map[string]string `json:"env,omitempty"`
+	// SecretEnv sets variables whose values are secrets: variable name →
+	// secret name. Only the names are stored; the provider resolves the
+	// values just before it creates the sandbox, as
+	// activities.ExecuteInput.SecretEnv does for a command.
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+	// AutoPauseAfter pauses the sandbox after this long without activity:
+	// whole seconds from one minute to a day. Zero leaves it running.
+	AutoPauseAfter time.Duration `json:"autoPauseAfter,omitempty"`
+	// NamePrefix starts the sandbox's name (lowercase letters, digits and
+	// single hyphens, at most MaxNamePrefix characters). Providers whose
+	// servers name sandboxes derive the rest of the name from Labels and
+	// IdempotencyKey, so that a create whose answer was lost can be found
+	// again by name.
+	NamePrefix string `json:"namePrefix,omitempty"`
 	// Labels are attached to the sandbox so that it can be found again with
 	// Provider.ListLeases, for example to sweep the orphans of lost create
 	// responses. Providers that do not support labels ignore them.
@@ -23,28 +52,107 @@ type LeaseSpec struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
+// Limits of a LeaseSpec.
+const (
+	// MaxNamePrefix is the longest LeaseSpec.NamePrefix.
+	MaxNamePrefix = 16
+	// MinAutoPause and MaxAutoPause bound a non-zero AutoPauseAfter.
+	MinAutoPause = time.Minute
+	MaxAutoPause = 24 * time.Hour
+)
+
+var namePrefixPattern = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+
+// Validate checks the spec without sending anything. It returns an
+// *InvalidInputError naming the first field at fault. Error text never
+// contains an environment value.
+func (s LeaseSpec) Validate() error {
+	for field, value := range map[string]string{"shape": s.Shape, "rootfs": s.Rootfs, "region": s.Region, "idempotencyKey": s.IdempotencyKey} {
+		if strings.ContainsFunc(value, isControl) {
+			return &InvalidInputError{Field: field, Reason: "must not contain control characters"}
+		}
+	}
+	if s.DiskMiB < 0 {
+		return &InvalidInputError{Field: "diskMiB", Reason: "must not be negative"}
+	}
+	for i, rule := range s.Egress {
+		if rule == "" || strings.ContainsFunc(rule, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return &InvalidInputError{Field: fmt.Sprintf("egress[%d]", i), Reason: "must be a non-empty host or host:port without spaces"}
+		}
+	}
+	for name, value := range s.Env {
+		if !ValidEnvName(name) {
+			return &InvalidInputError{Field: "env", Reason: fmt.Sprintf("%q is not a valid variable name", name)}
+		}
+		if strings.ContainsRune(value, 0) {
+			return &InvalidInputError{Field: "env", Reason: fmt.Sprintf("the value of %s contains a NUL byte", name)}
+		}
+	}
+	for name, secret := range s.SecretEnv {
+		if !ValidEnvName(name) {
+			return &InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%q is not a valid variable name", name)}
+		}
+		if secret == "" {
+			return &InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s names no secret", name)}
+		}
+		if _, clash := s.Env[name]; clash {
+			return &InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s is also a plain environment variable", name)}
+		}
+	}
+	if a := s.AutoPauseAfter; a != 0 && (a < MinAutoPause || a > MaxAutoPause || a%time.Second != 0) {
+		return &InvalidInputError{Field: "autoPauseAfter", Reason: "must be whole seconds from 1m to 24h, or zero"}
+	}
+	if s.NamePrefix != "" && (len(s.NamePrefix) > MaxNamePrefix || !namePrefixPattern.MatchString(s.NamePrefix)) {
+		return &InvalidInputError{Field: "namePrefix", Reason: fmt.Sprintf("must be at most %d lowercase letters, digits and single inner hyphens", MaxNamePrefix)}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
 // LeaseStatus is the lifecycle state of a sandbox as the server reports it.
 type LeaseStatus string
 
-// The states of a sandbox. Destroyed and Failed are terminal.
+// The states of a sandbox (CREATEOS-API.md §2.1). Destroying, Destroyed and
+// Failed are terminal: a sandbox in them never runs again.
 const (
-	StatusCreating  LeaseStatus = "creating"
-	StatusRunning   LeaseStatus = "running"
-	StatusPausing   LeaseStatus = "pausing"
-	StatusPaused    LeaseStatus = "paused"
-	StatusResuming  LeaseStatus = "resuming"
-	StatusError     LeaseStatus = "error"
-	StatusDestroyed LeaseStatus = "destroyed"
-	StatusFailed    LeaseStatus = "failed"
+	StatusCreating LeaseStatus = "creating"
+	StatusRunning  LeaseStatus = "running"
+	StatusPausing  LeaseStatus = "pausing"
+	StatusPaused   LeaseStatus = "paused"
+	StatusResuming LeaseStatus = "resuming"
+	// StatusForking: a new sandbox being cloned from a paused one.
+	StatusForking LeaseStatus = "forking"
+	// StatusError: a non-fatal error; a resume may recover it.
+	StatusError  LeaseStatus = "error"
+	StatusFailed LeaseStatus = "failed"
+	// StatusDestroying: the sandbox is being reclaimed; it will read back
+	// as destroyed.
+	StatusDestroying LeaseStatus = "destroying"
+	StatusDestroyed  LeaseStatus = "destroyed"
 )
 
+// Known reports whether s is one of the states above.
+func (s LeaseStatus) Known() bool {
+	switch s {
+	case StatusCreating, StatusRunning, StatusPausing, StatusPaused, StatusResuming, StatusForking,
+		StatusError, StatusFailed, StatusDestroying, StatusDestroyed:
+		return true
+	}
+	return false
+}
+
 // Terminal reports whether a sandbox in this state can never run again.
-func (s LeaseStatus) Terminal() bool { return s == StatusDestroyed || s == StatusFailed }
+// Destroying is terminal although it is also transitional: it only ever
+// ends in destroyed.
+func (s LeaseStatus) Terminal() bool {
+	return s == StatusDestroying || s == StatusDestroyed || s == StatusFailed
+}
 
 // Transitional reports whether the state will change on its own, so that a
 // client waiting for a stable state should poll again.
 func (s LeaseStatus) Transitional() bool {
-	return s == StatusCreating || s == StatusPausing || s == StatusResuming
+	return s == StatusCreating || s == StatusPausing || s == StatusResuming || s == StatusForking || s == StatusDestroying
 }
 
 // Lease is a sandbox held for running commands.

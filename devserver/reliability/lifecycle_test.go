@@ -14,12 +14,13 @@ import (
 	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
-// The kill of a timed-out command is answered 503: its end cannot be
-// confirmed, so the lease is replaced and the command runs again on a
-// fresh one — twice in all, the documented price of an unconfirmed kill.
+// The kill of a timed-out command is answered 503, on each of its three
+// attempts (a DELETE is retried): its end cannot be confirmed, so the lease
+// is replaced and the command runs again on a fresh one — twice in all,
+// the documented price of an unconfirmed kill.
 func TestProcessKillUnconfirmed(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Times: 1, Fault: testsuite.Status(http.StatusServiceUnavailable)})
+	e.proxy.AddRule(testsuite.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Times: 3, Fault: testsuite.Status(http.StatusServiceUnavailable)})
 	marker := newMarker()
 	cmd := command(marker, "exec sleep 600")
 	cmd.Timeout = time.Second
@@ -34,7 +35,7 @@ func TestProcessKillUnconfirmed(t *testing.T) {
 	suspect := res.DestroyedLeases[0]
 	e.assertLeaseGone(suspect)
 
-	e.requireFired("kill", 1)
+	e.requireFired("kill", 3)
 	records := processes(e.stack.Sandbox, marker)
 	require.Len(t, records, 2, describe(records))
 	assert.Equal(t, 2, ran(records, marker), "once per lease"+describe(records))

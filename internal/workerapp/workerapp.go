@@ -59,6 +59,10 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
 // New creates a worker on c with RunCommand and the activities registered.
 func New(c client.Client, cfg Config) (worker.Worker, error) {
+	secrets := activities.EnvSecrets{Prefix: cfg.SecretPrefix}
+	if cfg.Sandbox.Secrets == nil {
+		cfg.Sandbox.Secrets = secrets // a lease's SecretEnv, as a command's
+	}
 	provider, err := createos.New(cfg.Sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox provider: %w", err)
@@ -76,7 +80,7 @@ func New(c client.Client, cfg Config) (worker.Worker, error) {
 	workflows.RegisterWorkflows(w)
 	acts := &activities.Activities{
 		Provider:          provider,
-		Secrets:           activities.EnvSecrets{Prefix: cfg.SecretPrefix},
+		Secrets:           secrets,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 	}
 	acts.Register(w)
