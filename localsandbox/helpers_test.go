@@ -363,3 +363,15 @@ func (ts *testServer) openGate(lease string) {
 		ts.t.Fatalf("gate upload: %d", status)
 	}
 }
+
+// leaseInit returns the host pid of the lease's init.
+func (ts *testServer) leaseInit(lease string) int {
+	ts.t.Helper()
+	ts.srv.mu.Lock()
+	l := ts.srv.leases[lease]
+	ts.srv.mu.Unlock()
+	if l == nil || l.machine == nil {
+		ts.t.Fatalf("lease %s has no init", lease)
+	}
+	return l.machine.pid()
+}

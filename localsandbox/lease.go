@@ -40,6 +40,9 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 
+	rootfs  string   // the lower layer's name below Options.RootfsDir; "" = the host's
+	machine *machine // the lease init (namespace mode)
+
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
 	tmpHost       string
@@ -91,7 +94,31 @@ func (s *Server) newLease(id string, sh shape, labels map[string]string) (*lease
 			return nil, err
 		}
 	}
+	if l.isolation == IsolationNamespaces {
+		err := s.makeLeaseRoot(l)
+		if err == nil {
+			l.machine, err = s.startMachine(l)
+		}
+		if err != nil {
+			os.RemoveAll(l.dir)
+			return nil, err
+		}
+	}
 	return l, nil
+}
+
+// hostRoots are the host pids whose trees hold every process of the lease
+// (but its init): the init's children in namespace mode, where orphans come
+// to the init; the supervisors in process-group mode.
+func (l *lease) hostRoots() []int {
+	if l.machine == nil {
+		return treeRoots(l.liveProcesses())
+	}
+	t, err := readProcTable()
+	if err != nil {
+		return nil
+	}
+	return t.children[l.machine.pid()]
 }
 
 // env is the environment commands start with. Nothing of the server's own
@@ -269,7 +296,12 @@ func (l *lease) setState(state string) {
 // to pausing.
 func (l *lease) pause() {
 	l.spawning.Wait()
-	err := freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+	var err error
+	if l.machine != nil {
+		err = freezeTrees([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
+	} else {
+		err = freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+	}
 	if err != nil {
 		l.server.log.Warn("pausing a sandbox failed", "sandbox", l.id, "err", err)
 		l.setState(stateError)
@@ -281,7 +313,7 @@ func (l *lease) pause() {
 // resume thaws every process of the lease; it runs after the lease moved
 // to resuming.
 func (l *lease) resume() {
-	if err := signalTrees(treeRoots(l.liveProcesses()), sigCont); err != nil {
+	if err := signalTrees(l.hostRoots(), sigCont); err != nil {
 		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)
 		l.setState(stateError)
 		return
@@ -297,6 +329,9 @@ func (l *lease) destroy() error {
 	l.mu.Unlock()
 	l.spawning.Wait()
 
+	if l.machine != nil && !l.machine.stop() {
+		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
+	}
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup
 	failed := make(chan string, len(procs))

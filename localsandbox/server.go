@@ -28,7 +28,6 @@ type Server struct {
 	isolation Isolation
 	hostUID   int
 	hostGID   int
-	mountFDs  bool // hand the inits detached mounts of the lease directories
 	lock      *os.File
 	handler   http.Handler
 	history   *history
@@ -72,7 +71,7 @@ func New(opts Options) (*Server, error) {
 		servers:     make(map[*http.Server]struct{}),
 	}
 	if os.Geteuid() == 0 {
-		s.hostUID, s.hostGID, s.mountFDs = opts.HostUID, opts.HostGID, true
+		s.hostUID, s.hostGID = opts.HostUID, opts.HostGID
 	} else {
 		s.hostUID, s.hostGID = os.Geteuid(), os.Getegid()
 	}
@@ -347,9 +346,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type Stats struct {
 	// Leases is the number of live leases.
 	Leases int
-	// Processes is the number of OS processes that belong to live managed
-	// processes and execs, counted from the host's process table: every
-	// init and every process of its tree.
+	// Processes is the number of OS processes running in live leases,
+	// counted from the host's process table: every process of a lease but
+	// its lease init (in process-group mode: every supervisor and its tree).
 	Processes int
 	// ProcessesStarted is how many commands the server has started.
 	ProcessesStarted int64
@@ -363,15 +362,19 @@ func (s *Server) Stats() (Stats, error) {
 		leases = append(leases, l)
 	}
 	s.mu.Unlock()
-	var roots []int
-	for _, l := range leases {
-		roots = append(roots, treeRoots(l.liveProcesses())...)
-	}
 	t, err := readProcTable()
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Leases: len(leases), Processes: t.count(roots), ProcessesStarted: s.started.Load()}, nil
+	n := 0
+	for _, l := range leases {
+		if l.machine != nil {
+			n += t.count(t.children[l.machine.pid()])
+		} else {
+			n += t.count(treeRoots(l.liveProcesses()))
+		}
+	}
+	return Stats{Leases: len(leases), Processes: n, ProcessesStarted: s.started.Load()}, nil
 }
 
 // History returns a record of every process the server ran, oldest first,

@@ -1,0 +1,98 @@
+package localsandbox
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The done-when of a lease as one machine: a server started in the
+// background by one exec is reachable from the next over 127.0.0.1, and
+// lives until the sandbox is destroyed. (Before leases had an init of their
+// own, each exec had fresh namespaces and its background processes died
+// with it.)
+func TestBackgroundServerOutlivesItsExecAndIsReachable(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no python3 on this host")
+	}
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	r := ts.exec(lease, `sh -c 'nohup python3 -m http.server 8089 --bind 127.0.0.1 --directory /workspace &'`)
+	if r.ExitCode != 0 {
+		t.Fatalf("starting the server: %+v", r)
+	}
+	if ts.putFile(lease, "/workspace/hello.txt", "hello from the lease") != http.StatusOK {
+		t.Fatal("upload failed")
+	}
+	r = ts.exec(lease, `for i in $(seq 1 500); do
+		python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8089/hello.txt").read().decode())' 2>/dev/null && exit 0
+		sleep 0.02
+	done; exit 1`)
+	if r.ExitCode != 0 || r.Stdout != "hello from the lease\n" {
+		t.Fatalf("the server of the first exec is not reachable from the second: %+v", r)
+	}
+	// Another lease has a loopback of its own.
+	other := ts.createLease()
+	if r := ts.exec(other, `(exec 3<>/dev/tcp/127.0.0.1/8089) 2>/dev/null && echo reached || echo refused`); r.Stdout != "refused\n" {
+		t.Errorf("another lease reached the server: %q", r.Stdout)
+	}
+	if len(hostPIDs(t, ts, lease, "python3\x00")) != 1 {
+		t.Fatal("the server is not running in the lease")
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+lease, nil, nil)
+	if st, _ := ts.srv.Stats(); st.Processes != 0 {
+		t.Errorf("%d processes alive after destroy", st.Processes)
+	}
+}
+
+// ps in a lease shows the lease's processes, of every exec and managed
+// process, and no others.
+func TestPsShowsTheLeasesProcessesOnly(t *testing.T) {
+	ts := startServer(t, Options{})
+	lease, other := ts.createLease(), ts.createLease()
+	ts.startProcess(other, `exec sleep 1001`)
+	pid := ts.startProcess(lease, `exec sleep 1002`)
+	ts.exec(lease, `(setsid sleep 1003 &)`)
+	var r execResult
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r = ts.exec(lease, `ps -eo pid=,args= | grep -v 'ps -eo' | grep -v grep`)
+		if strings.Contains(r.Stdout, "sleep 1002") || time.Now().After(deadline) {
+			break
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	want := map[string]bool{"sleep 1002": false, "sleep 1003": false, initArg0: false}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		args := strings.Join(f[1:], " ")
+		switch {
+		case f[0] == "1" && strings.HasPrefix(args, initArg0):
+			want[initArg0] = true
+		case strings.HasPrefix(args, initArg0): // the supervisor of the managed sleep
+		case args == "sleep 1002", args == "sleep 1003":
+			want[args] = true
+		case strings.HasPrefix(args, "/bin/bash -c ps"), strings.HasPrefix(args, "bash -c"):
+		default:
+			t.Errorf("the lease sees a process that is not its own: %q", line)
+		}
+	}
+	for what, seen := range want {
+		if !seen {
+			t.Errorf("ps does not show %s:\n%s", what, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "sleep 1001") {
+		t.Error("the lease sees another lease's process")
+	}
+	// Killing the managed process's tree kills exactly its tree: the
+	// exec's daemon lives on.
+	ts.mustCall("DELETE", "/sandboxes/"+lease+"/processes/"+pid+"?grace_ms=0", nil, nil)
+	if r := ts.exec(lease, `ps -eo args= | grep -c '^sleep 100[23]'`); r.Stdout != "1\n" {
+		t.Errorf("after killing the managed process, the lease runs %q sleeps, want 1", r.Stdout)
+	}
+}
