@@ -3,6 +3,8 @@ package localsandbox
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +54,7 @@ type sandboxView struct {
 	// The rest only in create and GET.
 	Isolation Isolation   `json:"isolation,omitempty"`
 	Shape     string      `json:"shape,omitempty"`
+	Rootfs    string      `json:"rootfs,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
 	Limits    *limitsView `json:"limits,omitempty"`
 }
@@ -75,6 +78,7 @@ func (s *Server) view(l *lease) sandboxView {
 		Workspace: l.workspace,
 		Isolation: l.isolation,
 		Shape:     l.shape.Name,
+		Rootfs:    l.rootfs,
 		CreatedAt: l.created.UTC(),
 		Limits: &limitsView{
 			MaxProcesses: s.opts.MaxProcesses,
@@ -116,29 +120,68 @@ const (
 	maxIdempotencyKeys = 10000
 )
 
-func (req *createSandboxRequest) validate() (shape, error) {
+// validate checks the request and returns what to create.
+func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
+	spec, err := s.validateRequest(req)
+	if err != nil {
+		return leaseSpec{}, err
+	}
+	labels := req.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	spec.labels = labels
+	return spec, nil
+}
+
+func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 	sh, ok := lookupShape(req.Shape)
 	if !ok {
-		return shape{}, badRequest("unknown shape (GET /v1/shapes lists them)")
+		return leaseSpec{}, badRequest("unknown shape (GET /v1/shapes lists them)")
 	}
+	spec := leaseSpec{shape: sh}
 	if req.IngressEnabled {
-		return shape{}, badRequest("ingress is not supported by the local server")
+		return leaseSpec{}, badRequest("ingress is not supported by the local server")
 	}
 	if len(req.Rootfs) > 200 || len(req.Region) > 200 {
-		return shape{}, badRequest("rootfs and region must be at most 200 bytes")
+		return leaseSpec{}, badRequest("rootfs and region must be at most 200 bytes")
 	}
 	if len(req.Labels) > maxLabels {
-		return shape{}, badRequest("at most %d labels", maxLabels)
+		return leaseSpec{}, badRequest("at most %d labels", maxLabels)
 	}
 	for k, v := range req.Labels {
 		if k == "" || len(k) > maxLabelKeyBytes || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
-			return shape{}, badRequest("label keys must be 1 to %d bytes of UTF-8 without '=' or NUL", maxLabelKeyBytes)
+			return leaseSpec{}, badRequest("label keys must be 1 to %d bytes of UTF-8 without '=' or NUL", maxLabelKeyBytes)
 		}
 		if len(v) > maxLabelValueBytes || strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
-			return shape{}, badRequest("label values must be at most %d bytes of UTF-8 without NUL", maxLabelValueBytes)
+			return leaseSpec{}, badRequest("label values must be at most %d bytes of UTF-8 without NUL", maxLabelValueBytes)
 		}
 	}
-	return sh, nil
+	if req.Rootfs != "" {
+		if err := s.checkRootfs(req.Rootfs); err != nil {
+			return leaseSpec{}, err
+		}
+		spec.rootfs = req.Rootfs
+	}
+	return spec, nil
+}
+
+// checkRootfs checks that name is one of the root file systems of
+// Options.RootfsDir.
+func (s *Server) checkRootfs(name string) error {
+	if s.opts.RootfsDir == "" {
+		return badRequest("unknown rootfs: this server has no root file systems but the host's (leave rootfs empty)")
+	}
+	if s.isolation != IsolationNamespaces {
+		return badRequest("rootfs needs namespace isolation")
+	}
+	if name == "." || name == ".." || strings.ContainsAny(name, "/\\,:\x00") {
+		return badRequest("unknown rootfs")
+	}
+	if fi, err := os.Stat(filepath.Join(s.opts.RootfsDir, name)); err != nil || !fi.IsDir() {
+		return badRequest("unknown rootfs %q", name)
+	}
+	return nil
 }
 
 // idempotentCreate is a create made with an Idempotency-Key: repeats wait
@@ -155,17 +198,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
-	sh, err := req.validate()
+	spec, err := s.validate(&req)
 	if err != nil {
 		return err
 	}
-	labels := req.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
+	labels := spec.labels
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		l, err := s.createLease(sh, labels)
+		l, err := s.createLease(spec)
 		if err != nil {
 			return err
 		}
@@ -206,7 +246,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.mu.Unlock()
 
-	l, err := s.createLease(sh, labels)
+	l, err := s.createLease(spec)
 	if err != nil {
 		// A failed create may be tried again with the same key.
 		s.mu.Lock()
@@ -223,22 +263,35 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, s.view(l))
 }
 
-// createLease makes a new lease and registers it.
-func (s *Server) createLease(sh shape, labels map[string]string) (*lease, error) {
+// createLease makes a new lease and registers it. Starting a lease's
+// machine takes a while, so it happens outside the server's lock, on a
+// reserved place.
+func (s *Server) createLease(spec leaseSpec) (*lease, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.shutdown {
+		s.mu.Unlock()
 		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
 	}
-	if len(s.leases) >= s.opts.MaxLeases {
+	if len(s.leases)+s.creating >= s.opts.MaxLeases {
+		s.mu.Unlock()
 		return nil, &apiError{http.StatusTooManyRequests, "too many sandboxes"}
 	}
-	l, err := s.newLease(newID("sb-"), sh, labels)
+	s.creating++
+	s.mu.Unlock()
+
+	l, err := s.newLease(newID("sb-"), spec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.creating--
 	if err != nil {
 		return nil, err
 	}
+	if s.shutdown {
+		l.destroy()
+		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
+	}
 	s.leases[l.id] = l
-	s.log.Info("sandbox created", "sandbox", l.id, "shape", sh.Name)
+	s.log.Info("sandbox created", "sandbox", l.id, "shape", spec.shape.Name, "rootfs", spec.rootfs)
 	return l, nil
 }
 

@@ -59,13 +59,22 @@ type lease struct {
 	exited []*process // exited processes still answered for, oldest first
 }
 
-// newLease creates the lease's directories.
-func (s *Server) newLease(id string, sh shape, labels map[string]string) (*lease, error) {
+// leaseSpec is what a create asks for.
+type leaseSpec struct {
+	shape  shape
+	labels map[string]string
+	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
+}
+
+// newLease creates the lease's directories and, in namespace mode, starts
+// its machine.
+func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	l := &lease{
 		server:    s,
 		id:        id,
-		shape:     sh,
-		labels:    labels,
+		shape:     spec.shape,
+		labels:    spec.labels,
+		rootfs:    spec.rootfs,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),

@@ -3,6 +3,7 @@ package localsandbox
 import (
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,59 @@ func TestPsShowsTheLeasesProcessesOnly(t *testing.T) {
 	ts.mustCall("DELETE", "/sandboxes/"+lease+"/processes/"+pid+"?grace_ms=0", nil, nil)
 	if r := ts.exec(lease, `ps -eo args= | grep -c '^sleep 100[23]'`); r.Stdout != "1\n" {
 		t.Errorf("after killing the managed process, the lease runs %q sleeps, want 1", r.Stdout)
+	}
+}
+
+// minimalRootfs makes a directory of root file systems holding one, "tiny":
+// dash and the C library, nothing else.
+func minimalRootfs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "tiny")
+	for _, f := range []string{"/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Skipf("no %s on this host", f)
+		}
+		dst := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Mkdir(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("ID=tiny\n"), 0o644)
+	return dir
+}
+
+func TestRootfsPicksTheLowerLayer(t *testing.T) {
+	ts := startServer(t, Options{RootfsDir: minimalRootfs(t)})
+	var sb struct {
+		ID     string `json:"id"`
+		Rootfs string `json:"rootfs"`
+	}
+	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": "tiny"}, &sb)
+	if sb.Rootfs != "tiny" {
+		t.Errorf("rootfs %q", sb.Rootfs)
+	}
+	var out struct{ Result execResult }
+	ts.mustCall("POST", "/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": "/bin/dash", "args": []string{"-c",
+		`read id < /etc/os-release; echo "$id"; echo changed > /etc/os-release; read id < /etc/os-release; echo "$id"; cd /; echo *`}}, &out)
+	if out.Result.Stdout != "ID=tiny\nchanged\nbin dev etc lib lib64 proc tmp workspace\n" {
+		t.Errorf("in the tiny rootfs: %+v", out.Result)
+	}
+	for _, name := range []string{"nope", "..", "tiny/../tiny", "a,b"} {
+		if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": name}, nil); status != http.StatusBadRequest {
+			t.Errorf("rootfs %q: %d, want 400", name, status)
+		}
+	}
+}
+
+func TestUnknownRootfsWithoutARootfsDir(t *testing.T) {
+	ts := startServer(t, Options{})
+	if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": "ubuntu-24.04"}, nil); status != http.StatusBadRequest {
+		t.Errorf("rootfs on a server without any: %d, want 400", status)
 	}
 }

@@ -40,6 +40,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	leases      map[string]*lease
+	creating    int // leases being created, not yet in leases
 	idempotency map[string]*idempotentCreate
 	idemOrder   []string
 	servers     map[*http.Server]struct{}
@@ -216,7 +217,7 @@ func (s *Server) checkReachable() error {
 // probe runs a trivial command in the chosen isolation.
 func (s *Server) probe() error {
 	sh, _ := lookupShape("")
-	l, err := s.newLease(newID("probe-"), sh, nil)
+	l, err := s.newLease(newID("probe-"), leaseSpec{shape: sh})
 	if err != nil {
 		return err
 	}

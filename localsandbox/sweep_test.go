@@ -147,7 +147,7 @@ func TestSweepKillsLeftoverInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := s.createLease(shapes[0], nil)
+	lease, err := s.createLease(leaseSpec{shape: shapes[0]})
 	if err != nil {
 		t.Fatal(err)
 	}

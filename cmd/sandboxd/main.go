@@ -43,6 +43,20 @@ type config struct {
 	isolation    string
 	uid, gid     int
 	logLevel     slog.Level
+	machine      machineFlags
+}
+
+// machineFlags configure the leases' machines (a block of its own).
+type machineFlags struct {
+	rootfsDir string
+}
+
+func (m *machineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
+}
+
+func (m *machineFlags) apply(o *localsandbox.Options) {
+	o.RootfsDir = m.rootfsDir
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -58,6 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.uid, "uid", 65534, "host uid a sandbox's root maps to (when run as root)")
 	fs.IntVar(&c.gid, "gid", 65534, "host gid a sandbox's root maps to (when run as root)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	c.machine.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -101,7 +116,7 @@ func run(args []string, stderr io.Writer) error {
 		ln.Close()
 		return fmt.Errorf("refusing to listen on %s without an API key: --insecure-no-auth is only allowed on a loopback address such as 127.0.0.1", ln.Addr())
 	}
-	srv, err := localsandbox.New(localsandbox.Options{
+	opts := localsandbox.Options{
 		APIKey:         c.apiKey,
 		InsecureNoAuth: c.noAuth,
 		Root:           c.root,
@@ -110,7 +125,9 @@ func run(args []string, stderr io.Writer) error {
 		HostGID:        c.gid,
 		JournalBytes:   c.journalBytes,
 		Logger:         log,
-	})
+	}
+	c.machine.apply(&opts)
+	srv, err := localsandbox.New(opts)
 	if err != nil {
 		ln.Close()
 		return err
