@@ -59,15 +59,19 @@ type sandboxView struct {
 	Limits    *limitsView `json:"limits,omitempty"`
 }
 
-// limitsView says which limits apply to a lease's processes, and which of
-// the shape's sizes are not enforced.
+// limitsView says which limits apply to a lease's processes, which of them
+// the kernel enforces, and what the kernel counted against them.
 type limitsView struct {
-	MaxProcesses   int     `json:"max_processes"`
-	MaxOpenFiles   int     `json:"max_open_files"`
-	MemoryBytes    int64   `json:"memory_bytes"`
-	MemoryEnforced bool    `json:"memory_enforced"`
-	VCPUs          float64 `json:"vcpus"`
-	CPUEnforced    bool    `json:"cpu_enforced"`
+	MaxProcesses      int          `json:"max_processes"`
+	ProcessesEnforced bool         `json:"processes_enforced"`
+	MaxOpenFiles      int          `json:"max_open_files"`
+	MemoryBytes       int64        `json:"memory_bytes"`
+	MemoryEnforced    bool         `json:"memory_enforced"`
+	VCPUs             float64      `json:"vcpus"`
+	CPUEnforced       bool         `json:"cpu_enforced"`
+	PauseFreezes      bool         `json:"pause_freezes"` // by the cgroup freezer, not SIGSTOP
+	Cgroup            string       `json:"cgroup,omitempty"`
+	Usage             *cgroupStats `json:"usage,omitempty"`
 }
 
 func (s *Server) view(l *lease) sandboxView {
@@ -80,13 +84,27 @@ func (s *Server) view(l *lease) sandboxView {
 		Shape:     l.shape.Name,
 		Rootfs:    l.rootfs,
 		CreatedAt: l.created.UTC(),
-		Limits: &limitsView{
-			MaxProcesses: s.opts.MaxProcesses,
-			MaxOpenFiles: s.opts.MaxOpenFiles,
-			MemoryBytes:  l.shape.MemoryBytes,
-			VCPUs:        l.shape.VCPUs,
-		},
+		Limits:    s.limitsView(l),
 	}
+}
+
+// limitsView reports, honestly, what is enforced for l.
+func (s *Server) limitsView(l *lease) *limitsView {
+	v := &limitsView{
+		MaxProcesses: s.opts.MaxProcesses,
+		MaxOpenFiles: s.opts.MaxOpenFiles,
+		MemoryBytes:  l.shape.MemoryBytes,
+		VCPUs:        l.shape.VCPUs,
+	}
+	if l.cgroup == nil {
+		return v
+	}
+	e := s.enforcedLimits()
+	v.MemoryEnforced, v.ProcessesEnforced, v.CPUEnforced, v.PauseFreezes = e.Memory, e.Processes, e.CPU, e.Freezer
+	v.Cgroup = string(s.limiter.version)
+	st := l.cgroup.stats()
+	v.Usage = &st
+	return v
 }
 
 func (s *Server) lookupLease(r *http.Request) (*lease, error) {

@@ -221,7 +221,7 @@ func TestListByLabelAndSandboxData(t *testing.T) {
 	var sb sandboxData
 	ts.mustCall("GET", "/sandboxes/"+a, nil, &sb)
 	if sb.ID != a || sb.Status != "running" || sb.Workspace != "/workspace" || sb.Isolation != "namespaces" ||
-		sb.Labels["attempt"] != "1" || sb.Limits.MemoryEnforced {
+		sb.Labels["attempt"] != "1" || sb.Limits.MemoryEnforced != ts.srv.enforcedLimits().Memory {
 		t.Errorf("GET sandbox: %+v", sb)
 	}
 }

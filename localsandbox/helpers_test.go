@@ -375,3 +375,9 @@ func (ts *testServer) leaseInit(lease string) int {
 	}
 	return l.machine.pid()
 }
+
+// freezerState reads the lease's cgroup v1 freezer state ("" without one).
+func (ts *testServer) freezerState(lease string) string {
+	b, _ := os.ReadFile(filepath.Join(cgroupRoot, "freezer", ts.srv.limiter.parent, lease, "freezer.state"))
+	return strings.TrimSpace(string(b))
+}

@@ -40,8 +40,9 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 
-	rootfs  string   // the lower layer's name below Options.RootfsDir; "" = the host's
-	machine *machine // the lease init (namespace mode)
+	rootfs  string      // the lower layer's name below Options.RootfsDir; "" = the host's
+	machine *machine    // the lease init (namespace mode)
+	cgroup  leaseCgroup // nil when the server enforces no limits
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -105,10 +106,17 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	}
 	if l.isolation == IsolationNamespaces {
 		err := s.makeLeaseRoot(l)
+		if err == nil && s.limiter != nil {
+			l.cgroup, err = s.limiter.create(l.id, limits{
+				memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
+		}
 		if err == nil {
 			l.machine, err = s.startMachine(l)
 		}
 		if err != nil {
+			if l.cgroup != nil {
+				l.cgroup.delete()
+			}
 			os.RemoveAll(l.dir)
 			return nil, err
 		}
@@ -306,9 +314,12 @@ func (l *lease) setState(state string) {
 func (l *lease) pause() {
 	l.spawning.Wait()
 	var err error
-	if l.machine != nil {
+	switch {
+	case l.freezer():
+		err = l.cgroup.freeze()
+	case l.machine != nil:
 		err = freezeTrees([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
-	} else {
+	default:
 		err = freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
 	}
 	if err != nil {
@@ -319,10 +330,21 @@ func (l *lease) pause() {
 	l.setState(statePaused)
 }
 
+// freezer reports whether the lease pauses through its cgroup's freezer.
+func (l *lease) freezer() bool {
+	return l.cgroup != nil && l.server.limiter.enforces("freezer")
+}
+
 // resume thaws every process of the lease; it runs after the lease moved
 // to resuming.
 func (l *lease) resume() {
-	if err := signalTrees(l.hostRoots(), sigCont); err != nil {
+	var err error
+	if l.freezer() {
+		err = l.cgroup.thaw()
+	} else {
+		err = signalTrees(l.hostRoots(), sigCont)
+	}
+	if err != nil {
 		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)
 		l.setState(stateError)
 		return
@@ -340,6 +362,11 @@ func (l *lease) destroy() error {
 
 	if l.machine != nil && !l.machine.stop() {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
+	}
+	if l.cgroup != nil {
+		if err := l.cgroup.delete(); err != nil {
+			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
+		}
 	}
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup

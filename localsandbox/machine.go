@@ -44,6 +44,7 @@ type machine struct {
 	closed bool // guarded by sendMu; the control socket is closed
 
 	exited chan struct{} // closed once the init was reaped: nothing of the lease is left
+	cgroup leaseCgroup   // the lease's, thawed after the kill (nil: none)
 }
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
@@ -127,10 +128,19 @@ func (s *Server) startMachine(l *lease) (*machine, error) {
 		return nil, fmt.Errorf("starting the lease init: %w", err)
 	}
 	childEnd.Close()
+	m.cgroup = l.cgroup
 	go func() {
 		m.cmd.Wait()
 		close(m.exited)
 	}()
+	if l.cgroup != nil {
+		// Before the init forks anything: every process of the lease is in
+		// the group.
+		if err := l.cgroup.addProc(m.cmd.Process.Pid); err != nil {
+			m.stop()
+			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
+		}
+	}
 
 	cfg, files, err := s.machineSetup(l, m.cmd.Process.Pid)
 	if err == nil {
@@ -253,6 +263,10 @@ func (m *machine) kill(id uint64) {
 // until the kernel has reaped them all. It reports whether they are gone.
 func (m *machine) stop() bool {
 	m.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
+	if m.cgroup != nil {
+		// A frozen process dies only once thawed.
+		m.cgroup.thaw()
+	}
 	timer := time.NewTimer(killConfirmTimeout)
 	defer timer.Stop()
 	select {

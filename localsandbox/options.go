@@ -61,10 +61,16 @@ type Options struct {
 	// sandbox's / instead of ReadOnlyPaths. Empty: only the default.
 	RootfsDir string
 
-	// MaxProcesses is RLIMIT_NPROC for every command (counted per user
-	// namespace, so per managed process tree, in namespace mode; per host
-	// uid in process-group mode). Default 512.
+	// MaxProcesses bounds the processes of a lease: its cgroup's pids
+	// limit (tasks: processes and threads, the init's included) where
+	// cgroups are used, and RLIMIT_NPROC (per lease in namespace mode, per
+	// host uid in process-group mode). Default 512.
 	MaxProcesses int
+	// RequireLimits makes New fail unless the kernel enforces every limit
+	// of a shape (memory, processes, CPU, pause by freezing) for each
+	// lease. Without it a server that cannot says so in its log and in
+	// every sandbox's view.
+	RequireLimits bool
 	// MaxOpenFiles is RLIMIT_NOFILE for every command. Default 4096.
 	MaxOpenFiles int
 

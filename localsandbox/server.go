@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ type Server struct {
 	lock      *os.File
 	handler   http.Handler
 	history   *history
+	limiter   *limiter // the leases' cgroups; set after the isolation probe
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -87,9 +89,49 @@ func New(opts Options) (*Server, error) {
 		s.lock.Close()
 		return nil, err
 	}
-	s.log.Warn("sandbox memory and CPU limits are not enforced: shapes are reported, not applied (no cgroup v2 memory controller is used)")
+	if err := s.setUpLimits(); err != nil {
+		s.lock.Close()
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// setUpLimits settles which limits of a shape the kernel enforces, says so,
+// and refuses to go on without all of them under RequireLimits.
+func (s *Server) setUpLimits() error {
+	s.limiter = newLimiter(s.opts.Root, s.isolation == IsolationNamespaces)
+	s.limiter.sweep()
+	enforced := s.enforcedLimits()
+	var missing []string
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{"memory", enforced.Memory}, {"processes", enforced.Processes}, {"cpu", enforced.CPU}, {"freezer", enforced.Freezer}} {
+		if !c.ok {
+			missing = append(missing, c.name)
+		}
+	}
+	if len(missing) == 0 {
+		s.log.Info("sandbox shapes are enforced by the kernel", "cgroup", s.limiter.version)
+		return nil
+	}
+	if s.opts.RequireLimits {
+		return fmt.Errorf("%w: not enforced: %s (cgroup %q; the server must be root, in namespace mode, with those cgroup controllers)",
+			errLimitsNotEnforced, strings.Join(missing, ", "), s.limiter.version)
+	}
+	s.log.Warn("some limits of a sandbox's shape are NOT enforced: they are reported, not applied", "not_enforced", strings.Join(missing, ","), "cgroup", s.limiter.version)
+	return nil
+}
+
+// enforcedLimits says which limits the server's leases get.
+func (s *Server) enforcedLimits() enforcedLimits {
+	return enforcedLimits{
+		Memory:    s.limiter.enforces("memory"),
+		Processes: s.limiter.enforces("pids"),
+		CPU:       s.limiter.enforces("cpu"),
+		Freezer:   s.limiter.enforces("freezer"),
+	}
 }
 
 // takeRoot creates or checks the root directory and locks it.
@@ -334,6 +376,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
 	}
+	s.limiter.close()
 	s.lock.Close()
 	close(errs)
 	var all []error

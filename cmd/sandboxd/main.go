@@ -48,15 +48,18 @@ type config struct {
 
 // machineFlags configure the leases' machines (a block of its own).
 type machineFlags struct {
-	rootfsDir string
+	rootfsDir     string
+	requireLimits bool
 }
 
 func (m *machineFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&m.requireLimits, "require-limits", false, "refuse to start unless the kernel enforces every limit of a shape (memory, processes, CPU, freezing) per sandbox")
 	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
 }
 
 func (m *machineFlags) apply(o *localsandbox.Options) {
 	o.RootfsDir = m.rootfsDir
+	o.RequireLimits = m.requireLimits
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
