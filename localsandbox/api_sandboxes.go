@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // routes maps the protocol's endpoints (PROTOCOL.md §3–§5).
@@ -70,6 +72,8 @@ type limitsView struct {
 	VCPUs             float64      `json:"vcpus"`
 	CPUEnforced       bool         `json:"cpu_enforced"`
 	PauseFreezes      bool         `json:"pause_freezes"` // by the cgroup freezer, not SIGSTOP
+	DiskBytes         int64        `json:"disk_bytes"`
+	DiskEnforced      bool         `json:"disk_enforced"`
 	Cgroup            string       `json:"cgroup,omitempty"`
 	Usage             *cgroupStats `json:"usage,omitempty"`
 }
@@ -95,14 +99,27 @@ func (s *Server) limitsView(l *lease) *limitsView {
 		MaxOpenFiles: s.opts.MaxOpenFiles,
 		MemoryBytes:  l.shape.MemoryBytes,
 		VCPUs:        l.shape.VCPUs,
+		DiskBytes:    l.diskMax,
+		DiskEnforced: l.disk != nil,
+	}
+	var used uint64
+	if l.disk != nil {
+		var st unix.Statfs_t
+		if unix.Statfs(l.dir, &st) == nil {
+			used = (st.Blocks - st.Bfree) * uint64(st.Bsize)
+		}
 	}
 	if l.cgroup == nil {
+		if l.disk != nil {
+			v.Usage = &cgroupStats{DiskUsedBytes: used}
+		}
 		return v
 	}
 	e := s.enforcedLimits()
 	v.MemoryEnforced, v.ProcessesEnforced, v.CPUEnforced, v.PauseFreezes = e.Memory, e.Processes, e.CPU, e.Freezer
 	v.Cgroup = string(s.limiter.version)
 	st := l.cgroup.stats()
+	st.DiskUsedBytes = used
 	v.Usage = &st
 	return v
 }
@@ -127,6 +144,7 @@ type createSandboxRequest struct {
 	Rootfs         string            `json:"rootfs,omitempty"`
 	Region         string            `json:"region,omitempty"`
 	IngressEnabled bool              `json:"ingress_enabled"`
+	DiskMiB        int               `json:"disk_mib,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -157,7 +175,13 @@ func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 	if !ok {
 		return leaseSpec{}, badRequest("unknown shape (GET /v1/shapes lists them)")
 	}
-	spec := leaseSpec{shape: sh}
+	spec := leaseSpec{shape: sh, disk: int64(s.opts.DefaultDiskMiB) * mib}
+	if req.DiskMiB != 0 {
+		if req.DiskMiB < minDiskMiB || req.DiskMiB > maxDiskMiB {
+			return leaseSpec{}, badRequest("disk_mib must be between %d and %d", minDiskMiB, maxDiskMiB)
+		}
+		spec.disk = int64(req.DiskMiB) * mib
+	}
 	if req.IngressEnabled {
 		return leaseSpec{}, badRequest("ingress is not supported by the local server")
 	}

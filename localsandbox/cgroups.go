@@ -171,7 +171,7 @@ type leaseCgroup interface {
 
 // enforcedLimits says which limits of a shape the kernel enforces.
 type enforcedLimits struct {
-	Memory, Processes, CPU, Freezer bool
+	Memory, Processes, CPU, Freezer, Disk bool
 }
 
 // cgroupStats are a lease's kernel counters, for the view.
@@ -181,6 +181,7 @@ type cgroupStats struct {
 	Tasks             uint64 `json:"tasks"`
 	CPUThrottled      uint64 `json:"cpu_throttled_periods"`
 	CPUThrottledNanos uint64 `json:"cpu_throttled_ns"`
+	DiskUsedBytes     uint64 `json:"disk_used_bytes"`
 }
 
 // limits are what the cgroup of a lease enforces.

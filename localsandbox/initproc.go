@@ -99,7 +99,6 @@ func runInit() int {
 	// the descriptors from the server must not reach the command (which
 	// could write a false exit status).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	unix.CloseRange(initStatusFD+1, ^uint(0), 0)
 	unix.CloseRange(initConfigFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	status := os.NewFile(initStatusFD, "status")
 	report := func(m initMessage) {

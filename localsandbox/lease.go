@@ -43,6 +43,8 @@ type lease struct {
 	rootfs  string      // the lower layer's name below Options.RootfsDir; "" = the host's
 	machine *machine    // the lease init (namespace mode)
 	cgroup  leaseCgroup // nil when the server enforces no limits
+	disk    *leaseDisk  // nil when the server does not bound disks
+	diskMax int64       // the lease's disk_mib in bytes
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -65,6 +67,7 @@ type leaseSpec struct {
 	shape  shape
 	labels map[string]string
 	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
+	disk   int64  // bytes of the lease's disk
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
@@ -76,6 +79,7 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 		shape:     spec.shape,
 		labels:    spec.labels,
 		rootfs:    spec.rootfs,
+		diskMax:   spec.disk,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),
@@ -94,13 +98,24 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		return nil, err
 	}
+	if l.isolation == IsolationNamespaces && s.diskErr == nil && spec.disk > 0 {
+		d, err := s.newLeaseDisk(id, spec.disk, l.dir)
+		if err == nil {
+			err = os.Chmod(l.dir, 0o711)
+			l.disk = d
+		}
+		if err != nil {
+			l.removeDirs()
+			return nil, err
+		}
+	}
 	for _, dir := range []string{l.workspaceHost, l.tmpHost} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			os.RemoveAll(l.dir)
+			l.removeDirs()
 			return nil, err
 		}
 		if err := s.chownToLease(dir); err != nil {
-			os.RemoveAll(l.dir)
+			l.removeDirs()
 			return nil, err
 		}
 	}
@@ -117,7 +132,7 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 			if l.cgroup != nil {
 				l.cgroup.delete()
 			}
-			os.RemoveAll(l.dir)
+			l.removeDirs()
 			return nil, err
 		}
 	}
@@ -385,10 +400,20 @@ func (l *lease) destroy() error {
 	if id, ok := <-failed; ok {
 		return fmt.Errorf("process %s of sandbox %s did not exit after SIGKILL", id, l.id)
 	}
-	if err := os.RemoveAll(l.dir); err != nil {
+	if err := l.removeDirs(); err != nil {
 		return fmt.Errorf("removing the workspace of sandbox %s: %w", l.id, err)
 	}
 	return nil
+}
+
+// removeDirs removes the lease's directory, and its disk first.
+func (l *lease) removeDirs() error {
+	if l.disk != nil {
+		if err := l.disk.remove(); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(l.dir)
 }
 
 // setErrorAfterFailedDestroy leaves a lease whose destroy could not be

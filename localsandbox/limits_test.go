@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,5 +189,51 @@ func TestCgroupV2Resources(t *testing.T) {
 	}
 	if c := r.EnabledControllers(); !slices.Contains(c, "memory") || !slices.Contains(c, "pids") || !slices.Contains(c, "cpu") {
 		t.Errorf("controllers %v", c)
+	}
+}
+
+// Before leases had disks of their own, 3 GiB could be written to a
+// workspace. Past disk_mib every write fails with ENOSPC: in the root's
+// upper layer, in /workspace, and through the files API.
+func TestDiskLimitFailsWritesWithENOSPC(t *testing.T) {
+	ts := startServer(t, Options{})
+	var sb sandboxData
+	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "disk_mib": 64}, &sb)
+	lease, other := sb.ID, ts.createLease()
+	var v struct {
+		Limits struct {
+			DiskBytes    int64 `json:"disk_bytes"`
+			DiskEnforced bool  `json:"disk_enforced"`
+		} `json:"limits"`
+	}
+	ts.mustCall("GET", "/sandboxes/"+lease, nil, &v)
+	if v.Limits.DiskBytes != 64<<20 {
+		t.Errorf("disk_bytes %d", v.Limits.DiskBytes)
+	}
+	if diskSupport() != nil {
+		t.Skip("this host cannot bound disks")
+	}
+	if !v.Limits.DiskEnforced {
+		t.Fatal("the host can bound disks, but the view says the disk is not bounded")
+	}
+	for _, path := range []string{"/workspace/big", "/opt/big", "/tmp/big"} {
+		r := ts.exec(lease, `dd if=/dev/zero of=`+path+` bs=1M count=100 2>&1; s=$?; rm -f `+path+`; exit $s`)
+		if r.ExitCode == 0 || !strings.Contains(r.Stdout, "No space left on device") {
+			t.Errorf("100 MiB to %s on a 64 MiB disk: %+v, want ENOSPC", path, r)
+		}
+	}
+	if status := ts.putFile(lease, "/workspace/upload", strings.Repeat("x", 63<<20)); status != http.StatusInsufficientStorage {
+		t.Errorf("a 63 MiB upload to a 64 MiB disk: %d, want 507", status)
+	}
+	if r := ts.exec(lease, `echo small > /workspace/small && cat /workspace/small`); r.Stdout != "small\n" {
+		t.Errorf("a small write after the full disk: %+v", r)
+	}
+	if r := ts.exec(other, `dd if=/dev/zero of=/workspace/big bs=1M count=100 2>/dev/null && echo ok`); r.Stdout != "ok\n" {
+		t.Errorf("100 MiB in another lease: %+v", r)
+	}
+	for _, bad := range []int{1, 63, 1 << 21} {
+		if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "disk_mib": bad}, nil); status != http.StatusBadRequest {
+			t.Errorf("disk_mib %d: %d, want 400", bad, status)
+		}
 	}
 }

@@ -22,8 +22,11 @@ import (
 //   - is in a session of its own, without a controlling terminal (the
 //     server starts it with setsid), and sees no host /dev/tty or
 //     /dev/console: /dev is built from scratch (rootfs.go);
-//   - closes every descriptor but 0, 1, 2 and its control socket (3), and
-//     marks those close-on-exec, so no command inherits one;
+//   - marks every descriptor but 0, 1, 2 close-on-exec (close_range with
+//     CLOSE_RANGE_CLOEXEC), its control socket (3) included, so that no
+//     command inherits one; the server passes it nothing else. (It cannot
+//     close them outright: by the time this runs the Go runtime may hold
+//     descriptors of its own, such as its epoll instance.)
 //   - makes itself non-dumpable, so that a command cannot read its memory
 //     or descriptors through ptrace, /proc/1/fd or pidfd_getfd — provided
 //     the command lacks CAP_SYS_PTRACE in the lease's user namespace, which
@@ -45,7 +48,6 @@ const machineCtlFD = 3
 
 func runLeaseInit() int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	unix.CloseRange(machineCtlFD+1, ^uint(0), 0)
 	unix.CloseRange(machineCtlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	unix.Setsid() // already a session leader when the server started it so
 	ctl := machineCtlFD

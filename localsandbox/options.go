@@ -66,8 +66,11 @@ type Options struct {
 	// cgroups are used, and RLIMIT_NPROC (per lease in namespace mode, per
 	// host uid in process-group mode). Default 512.
 	MaxProcesses int
+	// DefaultDiskMiB is the disk of a sandbox created without disk_mib.
+	// Default 4096.
+	DefaultDiskMiB int
 	// RequireLimits makes New fail unless the kernel enforces every limit
-	// of a shape (memory, processes, CPU, pause by freezing) for each
+	// of a shape (memory, processes, CPU, pause by freezing, disk) for each
 	// lease. Without it a server that cannot says so in its log and in
 	// every sandbox's view.
 	RequireLimits bool
@@ -115,6 +118,8 @@ const (
 	DefaultKeepExited        = 16
 	DefaultHistorySize       = 10000
 	DefaultHostIDBase        = 1 << 20
+	DefaultDiskMiB           = 4096
+	minDiskMiB, maxDiskMiB   = 64, 1 << 20
 	nobody                   = 65534
 )
 
@@ -209,6 +214,7 @@ func (o Options) withDefaults() (Options, error) {
 		{&o.MaxLiveProcesses, DefaultMaxLiveProcesses, "MaxLiveProcesses"},
 		{&o.KeepExited, DefaultKeepExited, "KeepExited"},
 		{&o.HistorySize, DefaultHistorySize, "HistorySize"},
+		{&o.DefaultDiskMiB, DefaultDiskMiB, "DefaultDiskMiB"},
 	} {
 		if err := positive(f.v, f.def, f.name); err != nil {
 			return o, err

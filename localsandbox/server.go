@@ -33,6 +33,7 @@ type Server struct {
 	handler   http.Handler
 	history   *history
 	limiter   *limiter // the leases' cgroups; set after the isolation probe
+	diskErr   error    // why leases' disks are not bounded (nil: they are)
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -101,13 +102,18 @@ func New(opts Options) (*Server, error) {
 // and refuses to go on without all of them under RequireLimits.
 func (s *Server) setUpLimits() error {
 	s.limiter = newLimiter(s.opts.Root, s.isolation == IsolationNamespaces)
+	if s.diskErr = diskSupport(); s.isolation != IsolationNamespaces {
+		s.diskErr = errors.New("no namespaces")
+	} else if os.Getenv(noCgroupsEnv) != "" {
+		s.diskErr = errors.New("disabled for a test")
+	}
 	s.limiter.sweep()
 	enforced := s.enforcedLimits()
 	var missing []string
 	for _, c := range []struct {
 		name string
 		ok   bool
-	}{{"memory", enforced.Memory}, {"processes", enforced.Processes}, {"cpu", enforced.CPU}, {"freezer", enforced.Freezer}} {
+	}{{"memory", enforced.Memory}, {"processes", enforced.Processes}, {"cpu", enforced.CPU}, {"freezer", enforced.Freezer}, {"disk", enforced.Disk}} {
 		if !c.ok {
 			missing = append(missing, c.name)
 		}
@@ -131,6 +137,7 @@ func (s *Server) enforcedLimits() enforcedLimits {
 		Processes: s.limiter.enforces("pids"),
 		CPU:       s.limiter.enforces("cpu"),
 		Freezer:   s.limiter.enforces("freezer"),
+		Disk:      s.diskErr == nil,
 	}
 }
 
@@ -190,6 +197,7 @@ func (s *Server) sweep() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	s.sweepDisks()
 	dir := filepath.Join(s.opts.Root, leasesDir)
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
