@@ -24,6 +24,7 @@ func (s *Server) routes() http.Handler {
 		"DELETE /v1/sandboxes/{id}":                           s.deleteSandbox,
 		"POST /v1/sandboxes/{id}/pause":                       s.pauseSandbox,
 		"POST /v1/sandboxes/{id}/resume":                      s.resumeSandbox,
+		"POST /v1/sandboxes/{id}/fork":                        s.forkSandbox,
 		"PUT /v1/sandboxes/{id}/files":                        s.putFile,
 		"GET /v1/sandboxes/{id}/files":                        s.getFile,
 		"POST /v1/sandboxes/{id}/exec":                        s.exec,
@@ -57,6 +58,7 @@ type sandboxView struct {
 	Isolation Isolation   `json:"isolation,omitempty"`
 	Shape     string      `json:"shape,omitempty"`
 	Rootfs    string      `json:"rootfs,omitempty"`
+	AutoPause int         `json:"auto_pause_after_seconds,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
 	Limits    *limitsView `json:"limits,omitempty"`
 }
@@ -87,6 +89,7 @@ func (s *Server) view(l *lease) sandboxView {
 		Isolation: l.isolation,
 		Shape:     l.shape.Name,
 		Rootfs:    l.rootfs,
+		AutoPause: int(l.autoPause / l.server.opts.autoPauseUnit),
 		CreatedAt: l.created.UTC(),
 		Limits:    s.limitsView(l),
 	}
@@ -124,7 +127,20 @@ func (s *Server) limitsView(l *lease) *limitsView {
 	return v
 }
 
+// lookupLease finds the request's sandbox, and counts the request as
+// activity of it (see autopause.go).
 func (s *Server) lookupLease(r *http.Request) (*lease, error) {
+	l, err := s.peekLease(r)
+	if err != nil {
+		return nil, err
+	}
+	l.touch()
+	return l, nil
+}
+
+// peekLease finds the request's sandbox without counting the request as
+// its activity.
+func (s *Server) peekLease(r *http.Request) (*lease, error) {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return nil, err
@@ -145,6 +161,7 @@ type createSandboxRequest struct {
 	Region         string            `json:"region,omitempty"`
 	IngressEnabled bool              `json:"ingress_enabled"`
 	DiskMiB        int               `json:"disk_mib,omitempty"`
+	AutoPause      int               `json:"auto_pause_after_seconds,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -181,6 +198,12 @@ func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 			return leaseSpec{}, badRequest("disk_mib must be between %d and %d", minDiskMiB, maxDiskMiB)
 		}
 		spec.disk = int64(req.DiskMiB) * mib
+	}
+	if req.AutoPause != 0 {
+		if req.AutoPause < minAutoPauseSeconds || req.AutoPause > maxAutoPauseSeconds {
+			return leaseSpec{}, badRequest("auto_pause_after_seconds must be between %d and %d", minAutoPauseSeconds, maxAutoPauseSeconds)
+		}
+		spec.autoPause = time.Duration(req.AutoPause) * s.opts.autoPauseUnit
 	}
 	if req.IngressEnabled {
 		return leaseSpec{}, badRequest("ingress is not supported by the local server")
@@ -338,7 +361,7 @@ func (s *Server) createLease(spec leaseSpec) (*lease, error) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.lookupLease(r)
+	l, err := s.peekLease(r)
 	if err != nil {
 		return err
 	}

@@ -381,3 +381,11 @@ func (ts *testServer) freezerState(lease string) string {
 	b, _ := os.ReadFile(filepath.Join(cgroupRoot, "freezer", ts.srv.limiter.parent, lease, "freezer.state"))
 	return strings.TrimSpace(string(b))
 }
+
+// status returns the sandbox's status.
+func (ts *testServer) status(lease string) string {
+	ts.t.Helper()
+	var sb sandboxData
+	ts.mustCall("GET", "/sandboxes/"+lease, nil, &sb)
+	return sb.Status
+}

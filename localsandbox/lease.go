@@ -25,6 +25,11 @@ const (
 	stateResuming  = "resuming"
 	stateError     = "error"
 	stateDestroyed = "destroyed"
+	// stateForking: a fork whose root is being copied, not running yet.
+	stateForking = "forking"
+	// stateBeingForked is not a state: a paused lease being copied cannot
+	// resume, and says so.
+	stateBeingForked = "being forked"
 )
 
 // sandboxPath is the search path of commands.
@@ -40,11 +45,12 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 
-	rootfs  string      // the lower layer's name below Options.RootfsDir; "" = the host's
-	machine *machine    // the lease init (namespace mode)
-	cgroup  leaseCgroup // nil when the server enforces no limits
-	disk    *leaseDisk  // nil when the server does not bound disks
-	diskMax int64       // the lease's disk_mib in bytes
+	rootfs    string        // the lower layer's name below Options.RootfsDir; "" = the host's
+	autoPause time.Duration // pause once idle that long (0: never)
+	machine   *machine      // the lease init (namespace mode)
+	cgroup    leaseCgroup   // nil when the server enforces no limits
+	disk      *leaseDisk    // nil when the server does not bound disks
+	diskMax   int64         // the lease's disk_mib in bytes
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -57,6 +63,8 @@ type lease struct {
 	spawning sync.WaitGroup
 
 	mu     sync.Mutex
+	idle   idleClock
+	forks  int // forks copying this lease now: it may not resume
 	state  string
 	procs  map[string]*process
 	exited []*process // exited processes still answered for, oldest first
@@ -68,11 +76,27 @@ type leaseSpec struct {
 	labels map[string]string
 	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
 	disk   int64  // bytes of the lease's disk
+	// autoPause pauses the lease once idle that long (0: never).
+	autoPause time.Duration
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
 // its machine.
 func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
+	l, err := s.newLeaseDirs(id, spec, stateRunning)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startLease(l); err != nil {
+		return nil, err
+	}
+	l.startIdleClock(spec.autoPause)
+	return l, nil
+}
+
+// newLeaseDirs makes the lease's directories (on a disk of its own where
+// disks are bounded), in the given state.
+func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, error) {
 	l := &lease{
 		server:    s,
 		id:        id,
@@ -80,10 +104,11 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 		labels:    spec.labels,
 		rootfs:    spec.rootfs,
 		diskMax:   spec.disk,
+		autoPause: spec.autoPause,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),
-		state:     stateRunning,
+		state:     state,
 		procs:     make(map[string]*process),
 	}
 	l.workspaceHost = filepath.Join(l.dir, "workspace")
@@ -119,24 +144,31 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 			return nil, err
 		}
 	}
-	if l.isolation == IsolationNamespaces {
-		err := s.makeLeaseRoot(l)
-		if err == nil && s.limiter != nil {
-			l.cgroup, err = s.limiter.create(l.id, limits{
-				memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
-		}
-		if err == nil {
-			l.machine, err = s.startMachine(l)
-		}
-		if err != nil {
-			if l.cgroup != nil {
-				l.cgroup.delete()
-			}
-			l.removeDirs()
-			return nil, err
-		}
-	}
 	return l, nil
+}
+
+// startLease starts the machine of a lease whose directories exist (in
+// namespace mode); on failure it removes them.
+func (s *Server) startLease(l *lease) error {
+	if l.isolation != IsolationNamespaces {
+		return nil
+	}
+	err := s.makeLeaseRoot(l)
+	if err == nil && s.limiter != nil {
+		l.cgroup, err = s.limiter.create(l.id, limits{
+			memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
+	}
+	if err == nil {
+		l.machine, err = s.startMachine(l)
+	}
+	if err != nil {
+		if l.cgroup != nil {
+			l.cgroup.delete()
+		}
+		l.removeDirs()
+		return err
+	}
+	return nil
 }
 
 // hostRoots are the host pids whose trees hold every process of the lease
@@ -306,6 +338,9 @@ func (l *lease) liveProcesses() []*process {
 func (l *lease) transition(from []string, via string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if via == stateResuming && l.forks > 0 {
+		return stateBeingForked, false
+	}
 	for _, f := range from {
 		if l.state == f {
 			l.state = via
@@ -370,6 +405,7 @@ func (l *lease) resume() {
 // destroy kills every process of the lease and removes its directories.
 // It reports an error when a tree could not be confirmed gone.
 func (l *lease) destroy() error {
+	l.stopIdleClock()
 	l.mu.Lock()
 	l.state = stateDestroyed
 	l.mu.Unlock()

@@ -103,6 +103,10 @@ type Options struct {
 
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// autoPauseUnit is what one auto_pause_after_seconds is (tests make it
+	// short). Default a second.
+	autoPauseUnit time.Duration
 }
 
 // Defaults of Options.
@@ -234,6 +238,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.autoPauseUnit <= 0 {
+		o.autoPauseUnit = time.Second
 	}
 	return o, nil
 }

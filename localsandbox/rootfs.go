@@ -148,7 +148,9 @@ func (s *Server) makeLeaseRoot(l *lease) error {
 		// The usual top of a root file system, empty, for the lease to fill.
 		for _, d := range skeletonDirs {
 			p := filepath.Join(l.dir, upperDir, "root", d.name)
-			if err := os.Mkdir(p, d.mode); err != nil {
+			if err := os.Mkdir(p, d.mode); errors.Is(err, os.ErrExist) {
+				continue // a fork's copy has it, as the lease left it
+			} else if err != nil {
 				return err
 			}
 			if err := os.Chmod(p, d.mode); err != nil {
