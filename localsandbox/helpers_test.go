@@ -25,7 +25,7 @@ const testKey = "test-key-0123456789"
 // testServer is a real server on a loopback port, shut down (and checked
 // for leaks) when the test ends.
 type testServer struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *Server
 	base string // http://127.0.0.1:port/v1
 	root string
@@ -35,7 +35,7 @@ type testServer struct {
 // quiet test logger unless set). At cleanup it shuts the server down and
 // fails the test if any process of its root is still alive or a workspace
 // is left.
-func startServer(t *testing.T, opts Options) *testServer {
+func startServer(t testing.TB, opts Options) *testServer {
 	t.Helper()
 	if opts.APIKey == "" && !opts.InsecureNoAuth {
 		opts.APIKey = testKey
@@ -75,7 +75,7 @@ func startServer(t *testing.T, opts Options) *testServer {
 }
 
 // assertNoProcesses fails the test if any process of root is alive.
-func assertNoProcesses(t *testing.T, root string) {
+func assertNoProcesses(t testing.TB, root string) {
 	t.Helper()
 	pids, err := SandboxProcesses(root)
 	if err != nil {
@@ -213,7 +213,7 @@ type event struct {
 
 // stream is an open connect stream.
 type stream_ struct {
-	t    *testing.T
+	t    testing.TB
 	resp *http.Response
 	sc   *bufio.Scanner
 }
