@@ -112,7 +112,8 @@ func (s *Server) limitsView(l *lease) *limitsView {
 			used = (st.Blocks - st.Bfree) * uint64(st.Bsize)
 		}
 	}
-	if l.cgroup == nil {
+	_, cg := l.parts()
+	if cg == nil {
 		if l.disk != nil {
 			v.Usage = &cgroupStats{DiskUsedBytes: used}
 		}
@@ -121,7 +122,7 @@ func (s *Server) limitsView(l *lease) *limitsView {
 	e := s.enforcedLimits()
 	v.MemoryEnforced, v.ProcessesEnforced, v.CPUEnforced, v.PauseFreezes = e.Memory, e.Processes, e.CPU, e.Freezer
 	v.Cgroup = string(s.limiter.version)
-	st := l.cgroup.stats()
+	st := cg.stats()
 	st.DiskUsedBytes = used
 	v.Usage = &st
 	return v

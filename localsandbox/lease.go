@@ -153,36 +153,52 @@ func (s *Server) startLease(l *lease) error {
 	if l.isolation != IsolationNamespaces {
 		return nil
 	}
+	var cg leaseCgroup
 	err := s.makeLeaseRoot(l)
 	if err == nil && s.limiter != nil {
-		l.cgroup, err = s.limiter.create(l.id, limits{
+		cg, err = s.limiter.create(l.id, limits{
 			memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
 	}
+	var m *machine
 	if err == nil {
-		l.machine, err = s.startMachine(l)
+		m, err = s.startMachine(l, cg)
 	}
 	if err != nil {
-		if l.cgroup != nil {
-			l.cgroup.delete()
+		if cg != nil {
+			cg.delete()
 		}
 		l.removeDirs()
 		return err
 	}
+	// Under the lock: a fork is registered (and viewed) before it starts.
+	l.mu.Lock()
+	l.machine, l.cgroup = m, cg
+	l.mu.Unlock()
 	return nil
+}
+
+// parts returns the lease's machine and cgroup (nil until it has started,
+// or where there are none), for readers that do not otherwise synchronize
+// with its start (views, stats).
+func (l *lease) parts() (*machine, leaseCgroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.machine, l.cgroup
 }
 
 // hostRoots are the host pids whose trees hold every process of the lease
 // (but its init): the init's children in namespace mode, where orphans come
 // to the init; the supervisors in process-group mode.
 func (l *lease) hostRoots() []int {
-	if l.machine == nil {
+	m, _ := l.parts()
+	if m == nil {
 		return treeRoots(l.liveProcesses())
 	}
 	t, err := readProcTable()
 	if err != nil {
 		return nil
 	}
-	return t.children[l.machine.pid()]
+	return t.children[m.pid()]
 }
 
 // env is the environment commands start with. Nothing of the server's own

@@ -86,7 +86,7 @@ var errMachineGone = errors.New("the sandbox's init is gone")
 
 // startMachine starts the lease init of l and waits until it has built the
 // lease's environment.
-func (s *Server) startMachine(l *lease) (*machine, error) {
+func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -128,15 +128,15 @@ func (s *Server) startMachine(l *lease) (*machine, error) {
 		return nil, fmt.Errorf("starting the lease init: %w", err)
 	}
 	childEnd.Close()
-	m.cgroup = l.cgroup
+	m.cgroup = cg
 	go func() {
 		m.cmd.Wait()
 		close(m.exited)
 	}()
-	if l.cgroup != nil {
+	if cg != nil {
 		// Before the init forks anything: every process of the lease is in
 		// the group.
-		if err := l.cgroup.addProc(m.cmd.Process.Pid); err != nil {
+		if err := cg.addProc(m.cmd.Process.Pid); err != nil {
 			m.stop()
 			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
 		}

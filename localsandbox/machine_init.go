@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -361,7 +362,7 @@ func checkDir(dir string) error {
 
 // lookPathIn finds a command the way execvp in cwd would.
 func lookPathIn(name, cwd string, env []string) (string, error) {
-	if !path.IsAbs(name) && (len(name) > 0 && containsSlash(name)) {
+	if !path.IsAbs(name) && strings.Contains(name, "/") {
 		p, err := lookPath(path.Join(cwd, name), env)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", name, errors.Unwrap(err))
@@ -369,13 +370,4 @@ func lookPathIn(name, cwd string, env []string) (string, error) {
 		return p, nil
 	}
 	return lookPath(name, env)
-}
-
-func containsSlash(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return true
-		}
-	}
-	return false
 }

@@ -420,8 +420,8 @@ func (s *Server) Stats() (Stats, error) {
 	}
 	n := 0
 	for _, l := range leases {
-		if l.machine != nil {
-			n += t.count(t.children[l.machine.pid()])
+		if m, _ := l.parts(); m != nil {
+			n += t.count(t.children[m.pid()])
 		} else {
 			n += t.count(treeRoots(l.liveProcesses()))
 		}
