@@ -1,9 +1,11 @@
 package localsandbox
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,26 @@ func TestUnknownRootfsWithoutARootfsDir(t *testing.T) {
 	ts := startServer(t, Options{})
 	if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": "ubuntu-24.04"}, nil); status != http.StatusBadRequest {
 		t.Errorf("rootfs on a server without any: %d, want 400", status)
+	}
+}
+
+// The lease init leads a session of its own without a controlling
+// terminal, and no command inherits a descriptor of it.
+func TestLeaseInitHasNoTerminal(t *testing.T) {
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	pid := ts.leaseInit(lease)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid (comm) state ppid pgrp session tty_nr ...
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	if f[3] != strconv.Itoa(pid) || f[4] != "0" {
+		t.Errorf("the lease init's session %s, tty %s: want its own session (%d) and no terminal", f[3], f[4], pid)
+	}
+	r := ts.exec(lease, `ls /proc/self/fd | sort -n | tr '\n' ' '; cat /dev/tty 2>/dev/null && echo "a terminal"`)
+	if r.Stdout != "0 1 2 3 " { // 3: the directory ls reads
+		t.Errorf("an exec's descriptors: %q", r.Stdout)
 	}
 }
