@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -228,9 +229,21 @@ func (lm *limiter) sweep() {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			if e.IsDir() {
-				os.Remove(filepath.Join(d, e.Name()))
+				removeGroup(filepath.Join(d, e.Name()))
 			}
 		}
+	}
+}
+
+// removeGroup removes an empty cgroup directory, waiting a little for
+// processes that are still exiting to leave it.
+func removeGroup(dir string) {
+	for pause := time.Millisecond; ; pause *= 2 {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) || pause > time.Second {
+			return
+		}
+		time.Sleep(pause)
 	}
 }
 
