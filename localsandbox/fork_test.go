@@ -2,6 +2,7 @@ package localsandbox
 
 import (
 	"net/http"
+	"os"
 	"testing"
 	"time"
 )
@@ -38,7 +39,11 @@ func TestForkCopiesTheFilesNotTheProcesses(t *testing.T) {
 	r = ts.exec(fork.ID, `cat /workspace/f /etc/forked /tmp/t; [ -e /etc/hostname ] && echo "whiteout lost"
 		grep -c '^forky:' /etc/passwd; ps -eo args= | grep -c '^sleep 1000'
 		echo changed > /workspace/f; echo changed > /etc/forked`)
-	if r.Stdout != "original\noriginal\nt\n1\n0\n" {
+	users := "1"
+	if os.Geteuid() != 0 {
+		users = "0" // a server that is not root maps no ids for users
+	}
+	if r.Stdout != "original\noriginal\nt\n"+users+"\n0\n" {
 		t.Errorf("in the fork: %q (stderr %q), want the source's files and none of its processes", r.Stdout, r.Stderr)
 	}
 	ts.mustCall("POST", "/sandboxes/"+src+"/resume", nil, nil)

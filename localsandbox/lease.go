@@ -465,6 +465,13 @@ func (l *lease) removeDirs() error {
 			return err
 		}
 	}
+	// The overlays leave their work/<layer>/work directories mode 000,
+	// which only a root server could remove as they are.
+	if works, err := filepath.Glob(filepath.Join(l.dir, workDir, "*", "work")); err == nil {
+		for _, w := range works {
+			os.Chmod(w, 0o700)
+		}
+	}
 	return os.RemoveAll(l.dir)
 }
 

@@ -61,7 +61,8 @@ func TestPsShowsTheLeasesProcessesOnly(t *testing.T) {
 	var r execResult
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		r = ts.exec(lease, `ps -eo pid=,args= | grep -v 'ps -eo' | grep -v grep`)
-		if strings.Contains(r.Stdout, "sleep 1002") || time.Now().After(deadline) {
+		// Until both run (setsid execs sleep a moment after it forked).
+		if strings.Contains(r.Stdout, " sleep 1002\n") && strings.Contains(r.Stdout, " sleep 1003\n") || time.Now().After(deadline) {
 			break
 		}
 	}

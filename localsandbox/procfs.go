@@ -194,7 +194,9 @@ func SandboxProcesses(root string) ([]int, error) {
 		for _, p := range t.tree(pid) {
 			if !seen[p] {
 				seen[p] = true
-				out = append(out, p)
+				if t.state[p] != 'Z' { // dead, waiting to be reaped
+					out = append(out, p)
+				}
 			}
 		}
 	}

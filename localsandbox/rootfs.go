@@ -249,6 +249,30 @@ func buildRoot(cfg *machineConfig, fds []int) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
+	// Without detached mounts, the lease directory and the lower layers are
+	// held by descriptor before the staging tmpfs can hide them.
+	hold := func(dir string) (string, error) {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("opening %s: %w", dir, err)
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd), nil // closed at exec
+	}
+	leaseDir := ""
+	lowers := make([]string, len(cfg.Layers))
+	if !cfg.MountFDs {
+		var err error
+		if leaseDir, err = hold(cfg.LeaseDir); err != nil {
+			return err
+		}
+		for i, ly := range cfg.Layers {
+			if ly.Lower != "" && !ly.LowerFD {
+				if lowers[i], err = hold(ly.Lower); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	stage := ""
 	for _, dir := range stagingDirs {
 		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
@@ -262,7 +286,7 @@ func buildRoot(cfg *machineConfig, fds []int) error {
 	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=1m"); err != nil {
 		return fmt.Errorf("mounting the staging tmpfs: %w", err)
 	}
-	leaseDir, next := cfg.LeaseDir, 0
+	next := 0
 	if cfg.MountFDs {
 		if len(fds) < 1 {
 			return errors.New("no lease directory")
@@ -293,7 +317,7 @@ func buildRoot(cfg *machineConfig, fds []int) error {
 			}
 		}
 		upper := filepath.Join(leaseDir, upperDir, ly.Name)
-		lower := ly.Lower
+		lower := lowers[i]
 		if ly.LowerFD {
 			if next >= len(fds) {
 				return fmt.Errorf("layer %s: no mount", ly.Target)
