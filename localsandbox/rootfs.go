@@ -34,8 +34,8 @@ import (
 // layer is an idmapped mount that shows the host's root-owned files as
 // owned by the lease's root, so that tools which chown, write /etc or add
 // users work (the overlay copies a file up, with its owner, on first
-// write). A server that is not root cannot idmap: then files of the lower
-// layer stay owned by an unmapped uid, and only new files are writable.
+// write). A server that is not root maps only the lease's root and cannot
+// idmap: files of the lower layer then show as owned by nobody.
 
 // rootLayer is one mount of the lease's root file system.
 type rootLayer struct {
