@@ -20,6 +20,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	defer l.hold()() // not idle while the exec runs
 	var req processRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err

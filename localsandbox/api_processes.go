@@ -268,10 +268,11 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 // finally the exit (or an error) frame — except when Shutdown killed the
 // process: then the stream breaks.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
-	_, p, err := s.lookupProcess(r)
+	l, p, err := s.lookupProcess(r)
 	if err != nil {
 		return err
 	}
+	defer l.hold()() // not idle while a stream is open
 	after, err := queryInt(r, "after", 0, math.MaxInt64-1)
 	if err != nil {
 		return err

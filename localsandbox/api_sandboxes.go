@@ -3,10 +3,14 @@ package localsandbox
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // routes maps the protocol's endpoints (PROTOCOL.md §3–§5).
@@ -20,6 +24,7 @@ func (s *Server) routes() http.Handler {
 		"DELETE /v1/sandboxes/{id}":                           s.deleteSandbox,
 		"POST /v1/sandboxes/{id}/pause":                       s.pauseSandbox,
 		"POST /v1/sandboxes/{id}/resume":                      s.resumeSandbox,
+		"POST /v1/sandboxes/{id}/fork":                        s.forkSandbox,
 		"PUT /v1/sandboxes/{id}/files":                        s.putFile,
 		"GET /v1/sandboxes/{id}/files":                        s.getFile,
 		"POST /v1/sandboxes/{id}/exec":                        s.exec,
@@ -52,19 +57,27 @@ type sandboxView struct {
 	// The rest only in create and GET.
 	Isolation Isolation   `json:"isolation,omitempty"`
 	Shape     string      `json:"shape,omitempty"`
+	Rootfs    string      `json:"rootfs,omitempty"`
+	AutoPause int         `json:"auto_pause_after_seconds,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
 	Limits    *limitsView `json:"limits,omitempty"`
 }
 
-// limitsView says which limits apply to a lease's processes, and which of
-// the shape's sizes are not enforced.
+// limitsView says which limits apply to a lease's processes, which of them
+// the kernel enforces, and what the kernel counted against them.
 type limitsView struct {
-	MaxProcesses   int     `json:"max_processes"`
-	MaxOpenFiles   int     `json:"max_open_files"`
-	MemoryBytes    int64   `json:"memory_bytes"`
-	MemoryEnforced bool    `json:"memory_enforced"`
-	VCPUs          float64 `json:"vcpus"`
-	CPUEnforced    bool    `json:"cpu_enforced"`
+	MaxProcesses      int          `json:"max_processes"`
+	ProcessesEnforced bool         `json:"processes_enforced"`
+	MaxOpenFiles      int          `json:"max_open_files"`
+	MemoryBytes       int64        `json:"memory_bytes"`
+	MemoryEnforced    bool         `json:"memory_enforced"`
+	VCPUs             float64      `json:"vcpus"`
+	CPUEnforced       bool         `json:"cpu_enforced"`
+	PauseFreezes      bool         `json:"pause_freezes"` // by the cgroup freezer, not SIGSTOP
+	DiskBytes         int64        `json:"disk_bytes"`
+	DiskEnforced      bool         `json:"disk_enforced"`
+	Cgroup            string       `json:"cgroup,omitempty"`
+	Usage             *cgroupStats `json:"usage,omitempty"`
 }
 
 func (s *Server) view(l *lease) sandboxView {
@@ -75,17 +88,60 @@ func (s *Server) view(l *lease) sandboxView {
 		Workspace: l.workspace,
 		Isolation: l.isolation,
 		Shape:     l.shape.Name,
+		Rootfs:    l.rootfs,
+		AutoPause: int(l.autoPause / l.server.opts.autoPauseUnit),
 		CreatedAt: l.created.UTC(),
-		Limits: &limitsView{
-			MaxProcesses: s.opts.MaxProcesses,
-			MaxOpenFiles: s.opts.MaxOpenFiles,
-			MemoryBytes:  l.shape.MemoryBytes,
-			VCPUs:        l.shape.VCPUs,
-		},
+		Limits:    s.limitsView(l),
 	}
 }
 
+// limitsView reports, honestly, what is enforced for l.
+func (s *Server) limitsView(l *lease) *limitsView {
+	v := &limitsView{
+		MaxProcesses: s.opts.MaxProcesses,
+		MaxOpenFiles: s.opts.MaxOpenFiles,
+		MemoryBytes:  l.shape.MemoryBytes,
+		VCPUs:        l.shape.VCPUs,
+		DiskBytes:    l.diskMax,
+		DiskEnforced: l.disk != nil,
+	}
+	var used uint64
+	if l.disk != nil {
+		var st unix.Statfs_t
+		if unix.Statfs(l.dir, &st) == nil {
+			used = (st.Blocks - st.Bfree) * uint64(st.Bsize)
+		}
+	}
+	_, cg := l.parts()
+	if cg == nil {
+		if l.disk != nil {
+			v.Usage = &cgroupStats{DiskUsedBytes: used}
+		}
+		return v
+	}
+	e := s.enforcedLimits()
+	v.MemoryEnforced, v.ProcessesEnforced, v.CPUEnforced, v.PauseFreezes = e.Memory, e.Processes, e.CPU, e.Freezer
+	v.Cgroup = string(s.limiter.version)
+	st := cg.stats()
+	st.DiskUsedBytes = used
+	v.Usage = &st
+	return v
+}
+
+// lookupLease finds the request's sandbox, and counts the request as
+// activity of it (see autopause.go).
 func (s *Server) lookupLease(r *http.Request) (*lease, error) {
+	l, err := s.peekLease(r)
+	if err != nil {
+		return nil, err
+	}
+	l.touch()
+	return l, nil
+}
+
+// peekLease finds the request's sandbox without counting the request as
+// its activity.
+func (s *Server) peekLease(r *http.Request) (*lease, error) {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return nil, err
@@ -105,6 +161,8 @@ type createSandboxRequest struct {
 	Rootfs         string            `json:"rootfs,omitempty"`
 	Region         string            `json:"region,omitempty"`
 	IngressEnabled bool              `json:"ingress_enabled"`
+	DiskMiB        int               `json:"disk_mib,omitempty"`
+	AutoPause      int               `json:"auto_pause_after_seconds,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -116,29 +174,80 @@ const (
 	maxIdempotencyKeys = 10000
 )
 
-func (req *createSandboxRequest) validate() (shape, error) {
+// validate checks the request and returns what to create.
+func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
+	spec, err := s.validateRequest(req)
+	if err != nil {
+		return leaseSpec{}, err
+	}
+	labels := req.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	spec.labels = labels
+	return spec, nil
+}
+
+func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 	sh, ok := lookupShape(req.Shape)
 	if !ok {
-		return shape{}, badRequest("unknown shape (GET /v1/shapes lists them)")
+		return leaseSpec{}, badRequest("unknown shape (GET /v1/shapes lists them)")
+	}
+	spec := leaseSpec{shape: sh, disk: int64(s.opts.DefaultDiskMiB) * mib}
+	if req.DiskMiB != 0 {
+		if req.DiskMiB < minDiskMiB || req.DiskMiB > maxDiskMiB {
+			return leaseSpec{}, badRequest("disk_mib must be between %d and %d", minDiskMiB, maxDiskMiB)
+		}
+		spec.disk = int64(req.DiskMiB) * mib
+	}
+	if req.AutoPause != 0 {
+		if req.AutoPause < minAutoPauseSeconds || req.AutoPause > maxAutoPauseSeconds {
+			return leaseSpec{}, badRequest("auto_pause_after_seconds must be between %d and %d", minAutoPauseSeconds, maxAutoPauseSeconds)
+		}
+		spec.autoPause = time.Duration(req.AutoPause) * s.opts.autoPauseUnit
 	}
 	if req.IngressEnabled {
-		return shape{}, badRequest("ingress is not supported by the local server")
+		return leaseSpec{}, badRequest("ingress is not supported by the local server")
 	}
 	if len(req.Rootfs) > 200 || len(req.Region) > 200 {
-		return shape{}, badRequest("rootfs and region must be at most 200 bytes")
+		return leaseSpec{}, badRequest("rootfs and region must be at most 200 bytes")
 	}
 	if len(req.Labels) > maxLabels {
-		return shape{}, badRequest("at most %d labels", maxLabels)
+		return leaseSpec{}, badRequest("at most %d labels", maxLabels)
 	}
 	for k, v := range req.Labels {
 		if k == "" || len(k) > maxLabelKeyBytes || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k) {
-			return shape{}, badRequest("label keys must be 1 to %d bytes of UTF-8 without '=' or NUL", maxLabelKeyBytes)
+			return leaseSpec{}, badRequest("label keys must be 1 to %d bytes of UTF-8 without '=' or NUL", maxLabelKeyBytes)
 		}
 		if len(v) > maxLabelValueBytes || strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
-			return shape{}, badRequest("label values must be at most %d bytes of UTF-8 without NUL", maxLabelValueBytes)
+			return leaseSpec{}, badRequest("label values must be at most %d bytes of UTF-8 without NUL", maxLabelValueBytes)
 		}
 	}
-	return sh, nil
+	if req.Rootfs != "" {
+		if err := s.checkRootfs(req.Rootfs); err != nil {
+			return leaseSpec{}, err
+		}
+		spec.rootfs = req.Rootfs
+	}
+	return spec, nil
+}
+
+// checkRootfs checks that name is one of the root file systems of
+// Options.RootfsDir.
+func (s *Server) checkRootfs(name string) error {
+	if s.opts.RootfsDir == "" {
+		return badRequest("unknown rootfs: this server has no root file systems but the host's (leave rootfs empty)")
+	}
+	if s.isolation != IsolationNamespaces {
+		return badRequest("rootfs needs namespace isolation")
+	}
+	if name == "." || name == ".." || strings.ContainsAny(name, "/\\,:\x00") {
+		return badRequest("unknown rootfs")
+	}
+	if fi, err := os.Stat(filepath.Join(s.opts.RootfsDir, name)); err != nil || !fi.IsDir() {
+		return badRequest("unknown rootfs %q", name)
+	}
+	return nil
 }
 
 // idempotentCreate is a create made with an Idempotency-Key: repeats wait
@@ -155,17 +264,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
-	sh, err := req.validate()
+	spec, err := s.validate(&req)
 	if err != nil {
 		return err
 	}
-	labels := req.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
+	labels := spec.labels
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		l, err := s.createLease(sh, labels)
+		l, err := s.createLease(spec)
 		if err != nil {
 			return err
 		}
@@ -206,7 +312,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.mu.Unlock()
 
-	l, err := s.createLease(sh, labels)
+	l, err := s.createLease(spec)
 	if err != nil {
 		// A failed create may be tried again with the same key.
 		s.mu.Lock()
@@ -223,27 +329,40 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, s.view(l))
 }
 
-// createLease makes a new lease and registers it.
-func (s *Server) createLease(sh shape, labels map[string]string) (*lease, error) {
+// createLease makes a new lease and registers it. Starting a lease's
+// machine takes a while, so it happens outside the server's lock, on a
+// reserved place.
+func (s *Server) createLease(spec leaseSpec) (*lease, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.shutdown {
+		s.mu.Unlock()
 		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
 	}
-	if len(s.leases) >= s.opts.MaxLeases {
+	if len(s.leases)+s.creating >= s.opts.MaxLeases {
+		s.mu.Unlock()
 		return nil, &apiError{http.StatusTooManyRequests, "too many sandboxes"}
 	}
-	l, err := s.newLease(newID("sb-"), sh, labels)
+	s.creating++
+	s.mu.Unlock()
+
+	l, err := s.newLease(newID("sb-"), spec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.creating--
 	if err != nil {
 		return nil, err
 	}
+	if s.shutdown {
+		l.destroy()
+		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
+	}
 	s.leases[l.id] = l
-	s.log.Info("sandbox created", "sandbox", l.id, "shape", sh.Name)
+	s.log.Info("sandbox created", "sandbox", l.id, "shape", spec.shape.Name, "rootfs", spec.rootfs)
 	return l, nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.lookupLease(r)
+	l, err := s.peekLease(r)
 	if err != nil {
 		return err
 	}

@@ -8,28 +8,36 @@
 //	go srv.Serve(ln)
 //	defer srv.Shutdown(ctx)
 //
-// # Isolation
+// # A lease is a small machine
 //
-// A lease is a workspace directory and a tmp directory on the host. Where the
-// kernel allows it, every managed process (and every one-shot exec) runs in
-// its own new user, PID, mount, UTS, IPC and network namespaces: root inside
-// is an unprivileged uid outside, the root file system is a read-only view
-// of the host's system directories plus the lease's /workspace and /tmp,
-// /proc shows only the process's own tree, the hostname is the lease id,
-// and the only network interface is a loopback of its own. Each managed
-// process gets fresh namespaces, so processes of one lease share files but
-// not pids or network. Where namespaces are unavailable, the server falls
-// back to process groups and says so in the log and in each sandbox's
-// isolation field. See the README for what neither mode protects against.
+// Where the kernel allows it, creating a sandbox starts its lease init: pid
+// 1 of the lease's own user, mount, PID, UTS, IPC and network namespaces for
+// the life of the sandbox. Every exec and managed process is forked by it,
+// so processes of one lease see each other, share 127.0.0.1, and a
+// background process outlives the exec that started it. The root file
+// system is writable and the lease's own: overlays of the host's system
+// directories (or of a rootfs) with a per-lease upper layer, where the
+// lease's root (an unprivileged uid on the host) owns what it sees. Where
+// sandboxd is root, the kernel enforces the shape per lease — memory, tasks
+// and CPU through cgroups (v1 or v2), the disk as a file system of its own —
+// pause freezes the lease's cgroup, and a paused lease can be forked. What
+// is not enforced is said in the log and in each sandbox's view. Where
+// namespaces are unavailable, the server falls back to process groups and
+// says so. See the README for what neither mode protects against.
+//
+// The lease machine lives in files named for what they hold: machine.go
+// (the server's side of a lease init), machine_init.go (the init itself),
+// rootfs.go (the root file system), cgroups.go and freezer.go (the
+// shape's limits, pause), disk.go (the lease's disk), fork.go and
+// autopause.go; initproc.go holds the supervisor of a managed process.
 //
 // # The init hook
 //
-// A managed process runs under an init: the server re-executes its own
-// binary with a marker argv[0] ("sandboxflow-init"), and this package's
-// init function turns that process into the supervisor of the command's
-// tree before main runs. Programs and test binaries that link the package
-// therefore need nothing special; the hook does nothing in any process not
-// started that way.
+// Lease inits and supervisors are re-executions of the server's own binary
+// with a marker argv[0] ("sandboxflow-init"): this package's init function
+// turns such a process into what it is meant to be before main runs.
+// Programs and test binaries that link the package therefore need nothing
+// special; the hook does nothing in any process not started that way.
 //
 // # Test hooks
 //

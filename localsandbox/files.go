@@ -174,6 +174,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		if errors.As(err, &apiErr) {
 			return err
 		}
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return &apiError{http.StatusInsufficientStorage, "the sandbox's disk is full"}
+		}
 		return badRequest("the upload failed")
 	}
 	return writeData(w, map[string]any{"bytes": written})

@@ -25,7 +25,7 @@ const testKey = "test-key-0123456789"
 // testServer is a real server on a loopback port, shut down (and checked
 // for leaks) when the test ends.
 type testServer struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *Server
 	base string // http://127.0.0.1:port/v1
 	root string
@@ -35,7 +35,7 @@ type testServer struct {
 // quiet test logger unless set). At cleanup it shuts the server down and
 // fails the test if any process of its root is still alive or a workspace
 // is left.
-func startServer(t *testing.T, opts Options) *testServer {
+func startServer(t testing.TB, opts Options) *testServer {
 	t.Helper()
 	if opts.APIKey == "" && !opts.InsecureNoAuth {
 		opts.APIKey = testKey
@@ -75,7 +75,7 @@ func startServer(t *testing.T, opts Options) *testServer {
 }
 
 // assertNoProcesses fails the test if any process of root is alive.
-func assertNoProcesses(t *testing.T, root string) {
+func assertNoProcesses(t testing.TB, root string) {
 	t.Helper()
 	pids, err := SandboxProcesses(root)
 	if err != nil {
@@ -213,7 +213,7 @@ type event struct {
 
 // stream is an open connect stream.
 type stream_ struct {
-	t    *testing.T
+	t    testing.TB
 	resp *http.Response
 	sc   *bufio.Scanner
 }
@@ -362,4 +362,30 @@ func (ts *testServer) openGate(lease string) {
 	if status := ts.putFile(lease, "/workspace/gate", ""); status != http.StatusOK {
 		ts.t.Fatalf("gate upload: %d", status)
 	}
+}
+
+// leaseInit returns the host pid of the lease's init.
+func (ts *testServer) leaseInit(lease string) int {
+	ts.t.Helper()
+	ts.srv.mu.Lock()
+	l := ts.srv.leases[lease]
+	ts.srv.mu.Unlock()
+	if l == nil || l.machine == nil {
+		ts.t.Fatalf("lease %s has no init", lease)
+	}
+	return l.machine.pid()
+}
+
+// freezerState reads the lease's cgroup v1 freezer state ("" without one).
+func (ts *testServer) freezerState(lease string) string {
+	b, _ := os.ReadFile(filepath.Join(cgroupRoot, "freezer", ts.srv.limiter.parent, lease, "freezer.state"))
+	return strings.TrimSpace(string(b))
+}
+
+// status returns the sandbox's status.
+func (ts *testServer) status(lease string) string {
+	ts.t.Helper()
+	var sb sandboxData
+	ts.mustCall("GET", "/sandboxes/"+lease, nil, &sb)
+	return sb.Status
 }

@@ -13,18 +13,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The init hook.
+// The init hook and the supervisor.
 //
-// Every managed process runs under a small supervisor, the "init": the server
-// re-executes its own binary (/proc/self/exe) with argv[0] set to initArg0,
-// and the package-level init function below takes over that process before
-// main (or the test runner) ever runs. In namespace mode the init is pid 1 of
-// a fresh set of namespaces: it builds the private root filesystem, starts
-// the command as its only child, forwards termination signals to every
-// process of the namespace, reaps every process (orphans come to pid 1), and
-// exits only when none is left, so the server's wait on the init means "the
-// whole tree has exited". In process-group mode it makes itself a child
-// subreaper instead, with the same effect for its descendants.
+// The server re-executes its own binary (/proc/self/exe) with argv[0] set
+// to initArg0, and the package-level init function below takes over that
+// process before main (or the test runner) ever runs. Two kinds of process
+// start that way:
+//
+//   - a lease init (argv[2] == leaseInitArg, machine_init.go): pid 1 of a
+//     lease's namespaces, for the life of the sandbox;
+//   - a supervisor (this file): the parent of one managed process, a child
+//     subreaper, so that orphans of the command's tree come back to it. It
+//     forwards termination signals to every process of its tree, reaps them,
+//     reports the command's exit at once but exits only when none is left,
+//     so "the supervisor is gone" means "the whole tree has exited". In
+//     namespace mode the lease init forks it inside the lease; in
+//     process-group mode the server starts it on the host.
 //
 // The hook does nothing in any other process: a program that links this
 // package (sandboxd, a test binary) behaves normally unless it was started
@@ -35,34 +39,22 @@ import (
 // predecessor left behind (see sweep.go).
 const initArg0 = "sandboxflow-init"
 
-// The init's file descriptors, as the server arranges them.
+// The supervisor's file descriptors, as the server or the lease init
+// arranges them.
 const (
-	initConfigFD    = 3 // read: the JSON initConfig, then EOF
-	initStatusFD    = 4 // write: initMessage lines
-	initWorkspaceFD = 5 // a detached mount of the lease workspace (namespace mode, optional)
-	initTmpFD       = 6 // a detached mount of the lease tmp dir (namespace mode, optional)
+	initConfigFD = 3 // read: the JSON initConfig, then EOF
+	initStatusFD = 4 // write: initMessage lines
 )
 
-// initConfig is what the server tells an init to do.
+// initConfig is what the server tells a supervisor to do.
 type initConfig struct {
-	Namespaces bool     `json:"namespaces"`
-	Hostname   string   `json:"hostname,omitempty"`
-	Argv       []string `json:"argv"`
-	Cwd        string   `json:"cwd"` // absolute, as the command sees the file system
-	Env        []string `json:"env"`
-	// ReadOnlyPaths are host directories shown read-only at the same place
-	// in the sandbox; a symlink is recreated as a symlink.
-	ReadOnlyPaths []string `json:"read_only_paths,omitempty"`
-	// WorkspacePath and TmpPath are the host directories to mount at
-	// /workspace and /tmp when the server could not hand over detached
-	// mounts (an unprivileged server: then the init runs as the server's own
-	// uid and can reach them). In process-group mode WorkspacePath is where
-	// relative working directories start.
+	Argv []string `json:"argv"`
+	Cwd  string   `json:"cwd"` // absolute, as the command sees the file system
+	Env  []string `json:"env"`
+	// WorkspacePath is where relative working directories start.
 	WorkspacePath string `json:"workspace_path"`
-	TmpPath       string `json:"tmp_path"`
-	MountFDs      bool   `json:"mount_fds"`
-	MaxProcs      uint64 `json:"max_procs"`
-	MaxOpenFiles  uint64 `json:"max_open_files"`
+	MaxProcs      uint64 `json:"max_procs,omitempty"`
+	MaxOpenFiles  uint64 `json:"max_open_files,omitempty"`
 }
 
 // initMessage is one line the init writes on its status descriptor: first
@@ -82,6 +74,9 @@ func init() {
 	if len(os.Args) < 2 || os.Args[0] != initArg0 {
 		return
 	}
+	if len(os.Args) >= 3 && os.Args[2] == leaseInitArg {
+		os.Exit(runLeaseInit())
+	}
 	os.Exit(runInit())
 }
 
@@ -100,11 +95,11 @@ type initFailure struct {
 func (f *initFailure) Error() string { return f.err.Error() }
 
 func runInit() int {
-	// The descriptors from the server must not reach the command (which
+	// Nothing may read its memory or descriptors (see runLeaseInit), and
+	// the descriptors from the server must not reach the command (which
 	// could write a false exit status).
-	for fd := initConfigFD; fd <= initTmpFD; fd++ {
-		unix.CloseOnExec(fd)
-	}
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	unix.CloseRange(initConfigFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	status := os.NewFile(initStatusFD, "status")
 	report := func(m initMessage) {
 		b, _ := json.Marshal(m)
@@ -127,14 +122,10 @@ func runInit() int {
 		return fail(errors.New("no command"))
 	}
 
-	if cfg.Namespaces {
-		if err := setupNamespaces(&cfg); err != nil {
-			return fail(err)
-		}
-	} else if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("becoming a subreaper: %w", err))
 	}
-	if err := applyRlimits(&cfg); err != nil {
+	if err := applyRlimits(cfg.MaxProcs, cfg.MaxOpenFiles); err != nil {
 		return fail(err)
 	}
 	if err := os.Chdir(cfg.Cwd); err != nil {
@@ -149,11 +140,8 @@ func runInit() int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals()...)
 
-	attr := &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2}}
-	if !cfg.Namespaces {
-		// In a namespace the kernel kills the command when pid 1 dies.
-		attr.Sys = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	}
+	attr := &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
 	pid, err := syscall.ForkExec(path, cfg.Argv, attr)
 	if err != nil {
 		return fail(&initFailure{failCommand, fmt.Errorf("%s: %w", cfg.Argv[0], err)})
@@ -168,7 +156,7 @@ func runInit() int {
 	}
 	report(initMessage{Started: true})
 
-	go forwardSignals(sigs, cfg.Namespaces)
+	go forwardSignals(sigs)
 	for {
 		var ws syscall.WaitStatus
 		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -176,8 +164,7 @@ func runInit() int {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.ECHILD:
-			// Nobody is left: in a namespace pid 1 inherits every orphan, and
-			// outside one the subreaper does.
+			// Nobody is left: the subreaper inherited every orphan.
 			return 0
 		case err != nil:
 			return 1
@@ -192,22 +179,17 @@ func runInit() int {
 	}
 }
 
-// forwardedSignals are the signals the init passes on to its tree. SIGKILL
-// and SIGSTOP need no forwarding: the server sends SIGKILL to the init (which
-// in a namespace kills every process of it) and freezes trees itself.
+// forwardedSignals are the signals the supervisor passes on to its tree.
+// SIGKILL and SIGSTOP need no forwarding: whoever kills or freezes a tree
+// does it to every process of it.
 func forwardedSignals() []os.Signal {
 	return []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM}
 }
 
-func forwardSignals(sigs <-chan os.Signal, namespaces bool) {
+func forwardSignals(sigs <-chan os.Signal) {
 	for sig := range sigs {
 		s := sig.(syscall.Signal)
-		if namespaces {
-			// From pid 1, kill(-1) reaches every other process of the namespace.
-			syscall.Kill(-1, s)
-			continue
-		}
 		if table, err := readProcTable(); err == nil {
 			self := os.Getpid()
 			for _, pid := range table.tree(self) {
@@ -219,7 +201,9 @@ func forwardSignals(sigs <-chan os.Signal, namespaces bool) {
 	}
 }
 
-func applyRlimits(cfg *initConfig) error {
+// applyRlimits sets RLIMIT_NPROC and RLIMIT_NOFILE (zero: unchanged) and
+// no core dumps, for the calling process and what it starts.
+func applyRlimits(maxProcs, maxOpenFiles uint64) error {
 	// syscall.Setrlimit (not unix.Setrlimit) so that the Go runtime does not
 	// restore its own RLIMIT_NOFILE in the command.
 	for _, l := range []struct {
@@ -227,8 +211,8 @@ func applyRlimits(cfg *initConfig) error {
 		resource int
 		value    uint64
 	}{
-		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, cfg.MaxProcs},
-		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, cfg.MaxOpenFiles},
+		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, maxProcs},
+		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, maxOpenFiles},
 		{"RLIMIT_CORE", unix.RLIMIT_CORE, 0},
 	} {
 		if l.value == 0 && l.resource != unix.RLIMIT_CORE {
@@ -285,230 +269,4 @@ func unwrapPathError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// stagingDirs are host directories, reachable by anybody, one of which the
-// init covers (in its private mount namespace only) with the tmpfs that
-// becomes the sandbox's root.
-var stagingDirs = []string{"/tmp", "/mnt", "/var/tmp"}
-
-// setupNamespaces builds the sandbox's view of the world. The init is pid 1
-// of new user, PID, mount, UTS, IPC and network namespaces, root of its user
-// namespace and nobody on the host.
-func setupNamespaces(cfg *initConfig) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
-	}
-	// Without detached mounts from the server, hold the lease directories by
-	// descriptor before the staging tmpfs can hide them.
-	sources := [2]string{}
-	if !cfg.MountFDs {
-		for i, p := range []string{cfg.WorkspacePath, cfg.TmpPath} {
-			fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("opening a lease directory: %w", err)
-			}
-			defer unix.Close(fd)
-			sources[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
-		}
-	}
-	root := ""
-	for _, dir := range stagingDirs {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-			root = dir
-			break
-		}
-	}
-	if root == "" {
-		return errors.New("no staging directory for the root file system")
-	}
-	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return fmt.Errorf("mounting the root tmpfs: %w", err)
-	}
-	for _, p := range cfg.ReadOnlyPaths {
-		if err := showReadOnly(p, filepath.Join(root, p)); err != nil {
-			return err
-		}
-	}
-	if err := setupDev(filepath.Join(root, "dev")); err != nil {
-		return err
-	}
-	for _, m := range []struct {
-		fd         int
-		source     string
-		mountpoint string
-	}{
-		{initWorkspaceFD, sources[0], sandboxWorkspace},
-		{initTmpFD, sources[1], sandboxTmp},
-	} {
-		target := filepath.Join(root, m.mountpoint)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-		var err error
-		if cfg.MountFDs {
-			err = unix.MoveMount(m.fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
-			unix.Close(m.fd)
-		} else {
-			err = unix.Mount(m.source, target, "", unix.MS_BIND|unix.MS_REC, "")
-		}
-		if err != nil {
-			return fmt.Errorf("mounting %s: %w", m.mountpoint, err)
-		}
-	}
-	procDir := filepath.Join(root, "proc")
-	if err := os.Mkdir(procDir, 0o555); err != nil {
-		return err
-	}
-	if err := unix.Mount("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc: %w", err)
-	}
-	// pivot_root(".", ".") stacks the old root on top of the new one; the
-	// lazy unmount then drops it, and with it every host path.
-	if err := unix.Chdir(root); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the host root: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return err
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("making / read-only: %w", err)
-	}
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return fmt.Errorf("setting the hostname: %w", err)
-	}
-	return loopbackUp()
-}
-
-// showReadOnly makes the host path visible read-only at target.
-func showReadOnly(hostPath, target string) error {
-	fi, err := os.Lstat(hostPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode()&os.ModeSymlink != 0 {
-		// Merged /usr: /bin -> usr/bin stays a symlink.
-		dest, err := os.Readlink(hostPath)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		return os.Symlink(dest, target)
-	}
-	if fi.IsDir() {
-		err = os.MkdirAll(target, 0o755)
-	} else {
-		err = touch(target)
-	}
-	if err != nil {
-		return err
-	}
-	if err := unix.Mount(hostPath, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("binding %s: %w", hostPath, err)
-	}
-	return remountReadOnly(target)
-}
-
-// remountReadOnly makes a bind mount read-only. In a user namespace the
-// flags the host mount was made with (nosuid, noexec, atime handling) are
-// locked and must be kept, so they are read back and repeated.
-func remountReadOnly(target string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(target, &st); err != nil {
-		return err
-	}
-	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID)
-	for _, f := range []struct{ st, ms uintptr }{
-		{unix.ST_NODEV, unix.MS_NODEV},
-		{unix.ST_NOEXEC, unix.MS_NOEXEC},
-		{unix.ST_NOATIME, unix.MS_NOATIME},
-		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-		{unix.ST_RELATIME, unix.MS_RELATIME},
-	} {
-		if uintptr(st.Flags)&f.st != 0 {
-			flags |= f.ms
-		}
-	}
-	if err := unix.Mount("", target, "", flags, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %w", target, err)
-	}
-	return nil
-}
-
-// setupDev builds a minimal /dev: the harmless character devices bound from
-// the host, the usual /proc/self/fd symlinks and a small /dev/shm.
-func setupDev(dev string) error {
-	if err := os.MkdirAll(dev, 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
-		return fmt.Errorf("mounting /dev: %w", err)
-	}
-	for _, name := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if _, err := os.Stat("/dev/" + name); err != nil {
-			continue // not on this host
-		}
-		target := filepath.Join(dev, name)
-		if err := touch(target); err != nil {
-			return err
-		}
-		if err := unix.Mount("/dev/"+name, target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("binding /dev/%s: %w", name, err)
-		}
-	}
-	for name, dest := range map[string]string{
-		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
-	} {
-		if err := os.Symlink(dest, filepath.Join(dev, name)); err != nil {
-			return err
-		}
-	}
-	shm := filepath.Join(dev, "shm")
-	if err := os.Mkdir(shm, 0o1777); err != nil {
-		return err
-	}
-	if err := unix.Mount("tmpfs", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
-		return fmt.Errorf("mounting /dev/shm: %w", err)
-	}
-	return nil
-}
-
-func touch(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// loopbackUp brings up lo, the only interface of the new network namespace.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	return nil
 }

@@ -25,7 +25,7 @@ func hostPIDs(t *testing.T, ts *testServer, lease, prefix string) []int {
 		t.Fatal(err)
 	}
 	var out []int
-	for _, root := range treeRoots(l.liveProcesses()) {
+	for _, root := range l.hostRoots() {
 		for _, pid := range table.tree(root) {
 			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 			if strings.HasPrefix(string(cmdline), prefix) {
@@ -110,23 +110,65 @@ c.sendall(b"ping"); print(a.recv(4).decode())'`)
 	}
 }
 
-func TestRootFileSystemIsReadOnlyButWorkspaceAndTmp(t *testing.T) {
+// The root was a read-only view of the host before leases had an overlay
+// root of their own; now every write lands in the lease's upper layer.
+func TestRootIsWritableAndTheLeasesOwn(t *testing.T) {
 	ts := startServer(t, Options{})
-	lease := ts.createLease()
+	lease, other := ts.createLease(), ts.createLease()
 	r := ts.exec(lease, `
-		for p in /usr/x /etc/x /x; do touch $p 2>/dev/null && echo "wrote $p"; done
+		set -e
+		echo etc > /etc/sandboxflow-test; echo opt > /opt/o; echo root > /root/r; echo usr > /usr/sandboxflow-test; echo top > /x
+		cat /etc/sandboxflow-test /opt/o /root/r /usr/sandboxflow-test /x
 		echo w > /workspace/w && echo w > /tmp/t && cat /workspace/w /tmp/t
 		id -u; readlink /bin
-		for fd in 3 4 5 6; do [ -e /proc/$$/fd/$fd ] && echo "fd $fd leaked"; done`)
+		for fd in 3 4 5 6 7 8; do [ -e /proc/$$/fd/$fd ] && echo "fd $fd leaked"; done
+		[ -e /dev/tty ] && echo "/dev/tty exists"; [ -e /dev/console ] && echo "/dev/console exists"; true`)
 	bin, _ := os.Readlink("/bin")
 	if bin != "" {
 		bin += "\n"
 	}
-	if r.Stdout != "w\nw\n0\n"+bin {
-		t.Errorf("got %q (stderr %q)", r.Stdout, r.Stderr)
+	if want := "etc\nopt\nroot\nusr\ntop\nw\nw\n0\n" + bin; r.Stdout != want {
+		t.Errorf("got %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	for _, p := range []string{"/etc/sandboxflow-test", "/usr/sandboxflow-test"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written on the host", p)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(ts.root, leasesDir, lease, "upper", "etc", "sandboxflow-test")); string(got) != "etc\n" {
+		t.Errorf("the write to /etc is not in the lease's upper layer: %q", got)
 	}
 	if got, _ := os.ReadFile(filepath.Join(ts.root, leasesDir, lease, "tmp", "t")); string(got) != "w\n" {
 		t.Errorf("the lease's /tmp is not its tmp directory: %q", got)
+	}
+	if r := ts.exec(other, `cat /etc/sandboxflow-test /opt/o 2>&1 | wc -l; ls /etc/hostname >/dev/null && echo host-etc`); r.Stdout != "2\nhost-etc\n" {
+		t.Errorf("another lease sees %q", r.Stdout)
+	}
+}
+
+// An apt-style tool that adds a user, chowns and switches to it works
+// where the lower layer has it.
+func TestRootCanAddUsersAndChown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a server that is not root maps only the sandbox's root")
+	}
+	if _, err := os.Stat("/usr/sbin/useradd"); err != nil {
+		t.Skip("no useradd on this host")
+	}
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	r := ts.exec(lease, `
+		set -e
+		useradd -m -d /home/app -s /bin/sh app
+		[ "$(id -u app)" -gt 0 ] && echo "a user"
+		mkdir -p /srv/data && chown app:app /srv/data && stat -c %U:%G /srv/data
+		su app -c 'id -un; echo hi > /srv/data/f' && stat -c %U /srv/data/f
+		grep -c '^app:' /etc/passwd`)
+	if r.ExitCode != 0 || r.Stdout != "a user\napp:app\napp\napp\n1\n" {
+		t.Errorf("got %+v", r)
+	}
+	if out, _ := os.ReadFile("/etc/passwd"); strings.Contains(string(out), "\napp:") {
+		t.Error("the host's /etc/passwd changed")
 	}
 }
 
@@ -181,9 +223,22 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	l := ts.srv.leases[lease]
 	ts.srv.mu.Unlock()
 	table, _ := readProcTable()
-	roots := treeRoots(l.liveProcesses())
+	roots := l.hostRoots()
+	if len(roots) == 0 {
+		t.Fatal("the lease runs nothing")
+	}
+	if l.freezer() {
+		// The whole lease, its init too, is frozen by the kernel: a frozen
+		// task shows as D (v1), and SIGCONT does not wake it.
+		signalTrees([]int{l.machine.pid()}, syscall.SIGCONT)
+		if state := ts.freezerState(lease); state != "FROZEN" {
+			t.Errorf("the lease's freezer is %q while paused", state)
+		}
+		table, _ = readProcTable()
+		roots = []int{l.machine.pid()}
+	}
 	for _, p := range table.tree(roots[0]) {
-		if s := table.state[p]; s != 'T' && s != 'Z' {
+		if s := table.state[p]; s != 'T' && s != 'Z' && !(l.freezer() && s == 'D') {
 			t.Errorf("process %d is in state %c while paused", p, s)
 		}
 	}
@@ -199,7 +254,7 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	table, _ = readProcTable()
 	running := 0
 	for _, p := range table.tree(roots[0]) {
-		if table.state[p] != 'T' {
+		if table.state[p] != 'T' && table.state[p] != 'D' {
 			running++
 		}
 	}
@@ -290,8 +345,15 @@ func TestLimitsApply(t *testing.T) {
 	if r.Stdout != "40\n100\n" || !strings.Contains(r.Stderr, "fork") {
 		t.Errorf("limits: %q %q: want 40 processes, 100 files and a failed fork", r.Stdout, r.Stderr)
 	}
+	// What the exec started in the background lives in the lease (before
+	// leases had an init of their own, it died with the exec) until the
+	// lease is destroyed.
+	if st, _ := ts.srv.Stats(); st.Processes == 0 {
+		t.Error("the exec's background processes died with it")
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+lease, nil, nil)
 	if st, _ := ts.srv.Stats(); st.Processes != 0 {
-		t.Errorf("%d processes alive after the exec", st.Processes)
+		t.Errorf("%d processes alive after destroy", st.Processes)
 	}
 }
 

@@ -151,7 +151,7 @@ func TestLiveReaderThatFallsBehindGetsAnErrorFrame(t *testing.T) {
 // MiB.
 func TestLargeOutputKeepsServerMemoryBounded(t *testing.T) {
 	const total = 200 << 20
-	ts := startServer(t, Options{StallTimeout: 100 * time.Millisecond})
+	ts := startServer(t, Options{StallTimeout: time.Second})
 	lease := ts.createLease()
 	for _, slow := range []bool{false, true} {
 		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {

@@ -25,6 +25,11 @@ const (
 	stateResuming  = "resuming"
 	stateError     = "error"
 	stateDestroyed = "destroyed"
+	// stateForking: a fork whose root is being copied, not running yet.
+	stateForking = "forking"
+	// stateBeingForked is not a state: a paused lease being copied cannot
+	// resume, and says so.
+	stateBeingForked = "being forked"
 )
 
 // sandboxPath is the search path of commands.
@@ -40,6 +45,13 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 
+	rootfs    string        // the lower layer's name below Options.RootfsDir; "" = the host's
+	autoPause time.Duration // pause once idle that long (0: never)
+	machine   *machine      // the lease init (namespace mode)
+	cgroup    leaseCgroup   // nil when the server enforces no limits
+	disk      *leaseDisk    // nil when the server does not bound disks
+	diskMax   int64         // the lease's disk_mib in bytes
+
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
 	tmpHost       string
@@ -51,22 +63,52 @@ type lease struct {
 	spawning sync.WaitGroup
 
 	mu     sync.Mutex
+	idle   idleClock
+	forks  int // forks copying this lease now: it may not resume
 	state  string
 	procs  map[string]*process
 	exited []*process // exited processes still answered for, oldest first
 }
 
-// newLease creates the lease's directories.
-func (s *Server) newLease(id string, sh shape, labels map[string]string) (*lease, error) {
+// leaseSpec is what a create asks for.
+type leaseSpec struct {
+	shape  shape
+	labels map[string]string
+	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
+	disk   int64  // bytes of the lease's disk
+	// autoPause pauses the lease once idle that long (0: never).
+	autoPause time.Duration
+}
+
+// newLease creates the lease's directories and, in namespace mode, starts
+// its machine.
+func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
+	l, err := s.newLeaseDirs(id, spec, stateRunning)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startLease(l); err != nil {
+		return nil, err
+	}
+	l.startIdleClock(spec.autoPause)
+	return l, nil
+}
+
+// newLeaseDirs makes the lease's directories (on a disk of its own where
+// disks are bounded), in the given state.
+func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, error) {
 	l := &lease{
 		server:    s,
 		id:        id,
-		shape:     sh,
-		labels:    labels,
+		shape:     spec.shape,
+		labels:    spec.labels,
+		rootfs:    spec.rootfs,
+		diskMax:   spec.disk,
+		autoPause: spec.autoPause,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),
-		state:     stateRunning,
+		state:     state,
 		procs:     make(map[string]*process),
 	}
 	l.workspaceHost = filepath.Join(l.dir, "workspace")
@@ -81,17 +123,82 @@ func (s *Server) newLease(id string, sh shape, labels map[string]string) (*lease
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		return nil, err
 	}
+	if l.isolation == IsolationNamespaces && s.diskErr == nil && spec.disk > 0 {
+		d, err := s.newLeaseDisk(id, spec.disk, l.dir)
+		if err == nil {
+			err = os.Chmod(l.dir, 0o711)
+			l.disk = d
+		}
+		if err != nil {
+			l.removeDirs()
+			return nil, err
+		}
+	}
 	for _, dir := range []string{l.workspaceHost, l.tmpHost} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			os.RemoveAll(l.dir)
+			l.removeDirs()
 			return nil, err
 		}
 		if err := s.chownToLease(dir); err != nil {
-			os.RemoveAll(l.dir)
+			l.removeDirs()
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// startLease starts the machine of a lease whose directories exist (in
+// namespace mode); on failure it removes them.
+func (s *Server) startLease(l *lease) error {
+	if l.isolation != IsolationNamespaces {
+		return nil
+	}
+	var cg leaseCgroup
+	err := s.makeLeaseRoot(l)
+	if err == nil && s.limiter != nil {
+		cg, err = s.limiter.create(l.id, limits{
+			memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
+	}
+	var m *machine
+	if err == nil {
+		m, err = s.startMachine(l, cg)
+	}
+	if err != nil {
+		if cg != nil {
+			cg.delete()
+		}
+		l.removeDirs()
+		return err
+	}
+	// Under the lock: a fork is registered (and viewed) before it starts.
+	l.mu.Lock()
+	l.machine, l.cgroup = m, cg
+	l.mu.Unlock()
+	return nil
+}
+
+// parts returns the lease's machine and cgroup (nil until it has started,
+// or where there are none), for readers that do not otherwise synchronize
+// with its start (views, stats).
+func (l *lease) parts() (*machine, leaseCgroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.machine, l.cgroup
+}
+
+// hostRoots are the host pids whose trees hold every process of the lease
+// (but its init): the init's children in namespace mode, where orphans come
+// to the init; the supervisors in process-group mode.
+func (l *lease) hostRoots() []int {
+	m, _ := l.parts()
+	if m == nil {
+		return treeRoots(l.liveProcesses())
+	}
+	t, err := readProcTable()
+	if err != nil {
+		return nil
+	}
+	return t.children[m.pid()]
 }
 
 // env is the environment commands start with. Nothing of the server's own
@@ -247,6 +354,9 @@ func (l *lease) liveProcesses() []*process {
 func (l *lease) transition(from []string, via string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if via == stateResuming && l.forks > 0 {
+		return stateBeingForked, false
+	}
 	for _, f := range from {
 		if l.state == f {
 			l.state = via
@@ -269,7 +379,15 @@ func (l *lease) setState(state string) {
 // to pausing.
 func (l *lease) pause() {
 	l.spawning.Wait()
-	err := freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+	var err error
+	switch {
+	case l.freezer():
+		err = l.cgroup.freeze()
+	case l.machine != nil:
+		err = freezeTrees([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
+	default:
+		err = freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+	}
 	if err != nil {
 		l.server.log.Warn("pausing a sandbox failed", "sandbox", l.id, "err", err)
 		l.setState(stateError)
@@ -278,10 +396,21 @@ func (l *lease) pause() {
 	l.setState(statePaused)
 }
 
+// freezer reports whether the lease pauses through its cgroup's freezer.
+func (l *lease) freezer() bool {
+	return l.cgroup != nil && l.server.limiter.enforces("freezer")
+}
+
 // resume thaws every process of the lease; it runs after the lease moved
 // to resuming.
 func (l *lease) resume() {
-	if err := signalTrees(treeRoots(l.liveProcesses()), sigCont); err != nil {
+	var err error
+	if l.freezer() {
+		err = l.cgroup.thaw()
+	} else {
+		err = signalTrees(l.hostRoots(), sigCont)
+	}
+	if err != nil {
 		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)
 		l.setState(stateError)
 		return
@@ -292,11 +421,20 @@ func (l *lease) resume() {
 // destroy kills every process of the lease and removes its directories.
 // It reports an error when a tree could not be confirmed gone.
 func (l *lease) destroy() error {
+	l.stopIdleClock()
 	l.mu.Lock()
 	l.state = stateDestroyed
 	l.mu.Unlock()
 	l.spawning.Wait()
 
+	if l.machine != nil && !l.machine.stop() {
+		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
+	}
+	if l.cgroup != nil {
+		if err := l.cgroup.delete(); err != nil {
+			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
+		}
+	}
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup
 	failed := make(chan string, len(procs))
@@ -314,10 +452,27 @@ func (l *lease) destroy() error {
 	if id, ok := <-failed; ok {
 		return fmt.Errorf("process %s of sandbox %s did not exit after SIGKILL", id, l.id)
 	}
-	if err := os.RemoveAll(l.dir); err != nil {
+	if err := l.removeDirs(); err != nil {
 		return fmt.Errorf("removing the workspace of sandbox %s: %w", l.id, err)
 	}
 	return nil
+}
+
+// removeDirs removes the lease's directory, and its disk first.
+func (l *lease) removeDirs() error {
+	if l.disk != nil {
+		if err := l.disk.remove(); err != nil {
+			return err
+		}
+	}
+	// The overlays leave their work/<layer>/work directories mode 000,
+	// which only a root server could remove as they are.
+	if works, err := filepath.Glob(filepath.Join(l.dir, workDir, "*", "work")); err == nil {
+		for _, w := range works {
+			os.Chmod(w, 0o700)
+		}
+	}
+	return os.RemoveAll(l.dir)
 }
 
 // setErrorAfterFailedDestroy leaves a lease whose destroy could not be

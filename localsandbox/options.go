@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -45,16 +46,34 @@ type Options struct {
 	// process-group mode). Zero means 65534 (nobody); host root cannot be
 	// chosen. A server that is not root always uses its own ids.
 	HostUID, HostGID int
-	// ReadOnlyPaths are the host directories a sandbox sees, read-only, at
-	// the same place (symlinks such as a merged-/usr /bin are recreated as
-	// symlinks; missing ones are skipped). Default: /usr /bin /sbin /lib
-	// /lib32 /lib64 /libx32 /etc.
+	// HostIDBase places the other ids of a sandbox on the host when the
+	// server is root: ids 1..65535 inside map to HostIDBase+1..+65535
+	// outside (never a privileged id). Default 1<<20.
+	HostIDBase int
+	// ReadOnlyPaths are the host directories that form the lower layer of a
+	// sandbox's root file system, at the same place (symlinks such as a
+	// merged-/usr /bin are recreated as symlinks; missing ones are
+	// skipped). The sandbox may write over them: its writes land in its own
+	// upper layer. Default: /usr /bin /sbin /lib /lib32 /lib64 /libx32 /etc.
 	ReadOnlyPaths []string
+	// RootfsDir is a directory of root file systems: a create with
+	// "rootfs": "<name>" uses RootfsDir/<name> as the lower layer of the
+	// sandbox's / instead of ReadOnlyPaths. Empty: only the default.
+	RootfsDir string
 
-	// MaxProcesses is RLIMIT_NPROC for every command (counted per user
-	// namespace, so per managed process tree, in namespace mode; per host
-	// uid in process-group mode). Default 512.
+	// MaxProcesses bounds the processes of a lease: its cgroup's pids
+	// limit (tasks: processes and threads, the init's included) where
+	// cgroups are used, and RLIMIT_NPROC (per lease in namespace mode, per
+	// host uid in process-group mode). Default 512.
 	MaxProcesses int
+	// DefaultDiskMiB is the disk of a sandbox created without disk_mib.
+	// Default 4096.
+	DefaultDiskMiB int
+	// RequireLimits makes New fail unless the kernel enforces every limit
+	// of a shape (memory, processes, CPU, pause by freezing, disk) for each
+	// lease. Without it a server that cannot says so in its log and in
+	// every sandbox's view.
+	RequireLimits bool
 	// MaxOpenFiles is RLIMIT_NOFILE for every command. Default 4096.
 	MaxOpenFiles int
 
@@ -98,6 +117,9 @@ type Options struct {
 	// the moment its handler starts; it does not bound responses, streams
 	// or long polls. Default 2 minutes.
 	BodyReadTimeout time.Duration
+	// autoPauseUnit is what one auto_pause_after_seconds is (tests make it
+	// short). Default a second.
+	autoPauseUnit time.Duration
 }
 
 // Defaults of Options.
@@ -112,6 +134,9 @@ const (
 	DefaultMaxLiveProcesses  = 64
 	DefaultKeepExited        = 16
 	DefaultHistorySize       = 10000
+	DefaultHostIDBase        = 1 << 20
+	DefaultDiskMiB           = 4096
+	minDiskMiB, maxDiskMiB   = 64, 1 << 20
 	nobody                   = 65534
 )
 
@@ -160,11 +185,30 @@ func (o Options) withDefaults() (Options, error) {
 	if o.HostGID == 0 {
 		o.HostGID = nobody
 	}
+	if o.HostIDBase == 0 {
+		o.HostIDBase = DefaultHostIDBase
+	}
+	if o.HostIDBase < 1000 || o.HostIDBase > 1<<31 {
+		return o, fmt.Errorf("localsandbox: HostIDBase must be between 1000 and 2^31")
+	}
+	if o.RootfsDir != "" {
+		dir, err := filepath.Abs(o.RootfsDir)
+		if err != nil {
+			return o, fmt.Errorf("localsandbox: rootfs directory: %w", err)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return o, fmt.Errorf("localsandbox: rootfs directory %s is not a directory", dir)
+		}
+		if strings.ContainsAny(dir, ",:\\") {
+			return o, fmt.Errorf("localsandbox: rootfs directory %s must not contain ',', ':' or '\\'", dir)
+		}
+		o.RootfsDir = dir
+	}
 	if o.ReadOnlyPaths == nil {
 		o.ReadOnlyPaths = DefaultReadOnlyPaths()
 	}
 	for _, p := range o.ReadOnlyPaths {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" || strings.ContainsAny(p, ",:\\") {
 			return o, fmt.Errorf("localsandbox: read-only path %q must be a clean absolute path below /", p)
 		}
 		switch p {
@@ -193,6 +237,7 @@ func (o Options) withDefaults() (Options, error) {
 		{&o.MaxLiveProcesses, DefaultMaxLiveProcesses, "MaxLiveProcesses"},
 		{&o.KeepExited, DefaultKeepExited, "KeepExited"},
 		{&o.HistorySize, DefaultHistorySize, "HistorySize"},
+		{&o.DefaultDiskMiB, DefaultDiskMiB, "DefaultDiskMiB"},
 	} {
 		if err := positive(f.v, f.def, f.name); err != nil {
 			return o, err
@@ -224,6 +269,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.BodyReadTimeout <= 0 {
 		o.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if o.autoPauseUnit <= 0 {
+		o.autoPauseUnit = time.Second
 	}
 	return o, nil
 }

@@ -20,9 +20,16 @@ type process struct {
 	id      string
 	lease   *lease
 	oneShot bool // a one-shot exec, not listed under /processes
-	cmd     *exec.Cmd
-	journal *journal
-	record  *ProcessRecord // owned by the server's history; guarded by history.mu
+	// cmd is the supervisor on the host (process-group mode); in namespace
+	// mode the command is machineID of the lease's machine instead.
+	cmd       *exec.Cmd
+	machine   *machine
+	machineID uint64
+	// untilExit: the journal is complete at the main process's exit (an
+	// exec in a lease, whose background processes may keep its pipes).
+	untilExit bool
+	journal   *journal
+	record    *ProcessRecord // owned by the server's history; guarded by history.mu
 
 	stdinMu sync.Mutex
 	stdin   *os.File // nil once closed
@@ -50,27 +57,111 @@ const killConfirmTimeout = 10 * time.Second
 // startTimeout bounds how long a new init may take to report.
 const startTimeout = 30 * time.Second
 
-// spawn starts argv in the lease, under a new init. It returns once the
-// command runs, or a *startError when it could not be started because of
-// its argv or cwd.
+// spawn starts argv in the lease: through its lease init in namespace
+// mode, under a new supervisor on the host in process-group mode. It
+// returns once the command runs, or a *startError when it could not be
+// started because of its argv or cwd.
 func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*process, error) {
-	cfg := initConfig{
-		Namespaces:    l.isolation == IsolationNamespaces,
-		Hostname:      l.id,
-		Argv:          argv,
-		Cwd:           l.resolveCwd(cwd),
-		Env:           l.env(),
-		ReadOnlyPaths: s.opts.ReadOnlyPaths,
-		WorkspacePath: l.workspaceHost,
-		TmpPath:       l.tmpHost,
-		MaxProcs:      uint64(s.opts.MaxProcesses),
-		MaxOpenFiles:  uint64(s.opts.MaxOpenFiles),
-	}
-
 	files, err := newInitFiles()
 	if err != nil {
 		return nil, err
 	}
+	p := &process{
+		lease:      l,
+		oneShot:    oneShot,
+		startCh:    make(chan initMessage, 1),
+		mainExited: make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	if l.machine != nil {
+		kind := kindProcess
+		if oneShot {
+			kind = kindExec
+		}
+		p.machine = l.machine
+		p.untilExit = oneShot
+		fds := []int{int(files.stdinR.Fd()), int(files.stdoutW.Fd()), int(files.stderrW.Fd()), int(files.statusW.Fd())}
+		p.machineID, err = l.machine.spawn(kind, argv, l.resolveCwd(cwd), l.env(), fds)
+		if err != nil {
+			files.closeAll()
+			return nil, err
+		}
+	} else if p.cmd, err = s.startSupervisor(l, argv, cwd, files); err != nil {
+		files.closeAll()
+		return nil, err
+	}
+	files.closeChildEnds() // ours would keep the pipes open
+
+	p.id = newID("proc-")
+	p.journal = newJournal(s.opts.JournalBytes, s.opts.StallTimeout)
+	p.record = s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: p.id, Argv: argv, Exec: oneShot, Start: time.Now()})
+	p.stdin = files.stdinW
+	pumpDone := make(chan struct{})
+	s.workers.Add(2)
+	go func() {
+		defer s.workers.Done()
+		defer close(pumpDone)
+		p.pump(s, files.stdoutR, files.stderrR, files.statusR)
+	}()
+	go func() {
+		defer s.workers.Done()
+		if p.cmd != nil {
+			p.cmd.Wait()
+		}
+		<-pumpDone
+		p.finish(s)
+	}()
+
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	var msg initMessage
+	select {
+	case msg = <-p.startCh:
+	case <-p.done:
+		select {
+		case msg = <-p.startCh: // it started, and was quick about all of it
+		default:
+			s.history.remove(p.record)
+			return nil, errors.New("the init ended before it started the command")
+		}
+	case <-timer.C:
+		p.kill()
+		<-p.done
+		s.history.remove(p.record)
+		return nil, errors.New("the init did not start the command in time")
+	}
+	if msg.Started {
+		s.started.Add(1)
+		return p, nil
+	}
+	<-p.done
+	s.history.remove(p.record)
+	if msg.FailureKind == failCwd || msg.FailureKind == failCommand {
+		return nil, &startError{msg.Failure}
+	}
+	return nil, fmt.Errorf("setting up the sandbox: %s", msg.Failure)
+}
+
+// startSupervisor starts argv under a new supervisor on the host, for
+// process-group mode.
+func (s *Server) startSupervisor(l *lease, argv []string, cwd string, files *initFiles) (*exec.Cmd, error) {
+	cfg := initConfig{
+		Argv:          argv,
+		Cwd:           l.resolveCwd(cwd),
+		Env:           l.env(),
+		WorkspacePath: l.workspaceHost,
+		MaxProcs:      uint64(s.opts.MaxProcesses),
+		MaxOpenFiles:  uint64(s.opts.MaxOpenFiles),
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	configR, configW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer configR.Close()
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
 		Args: []string{initArg0, s.opts.Root},
@@ -80,103 +171,24 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 		Stdin:      files.stdinR,
 		Stdout:     files.stdoutW,
 		Stderr:     files.stderrW,
-		ExtraFiles: []*os.File{files.configR, files.statusW},
+		ExtraFiles: []*os.File{configR, files.statusW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if cfg.Namespaces {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostUID, Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostGID, Size: 1}}
-		// Become root of the namespace, that is HostUID outside: creating a
-		// user namespace alone leaves the child with the server's own ids.
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
-		if s.mountFDs {
-			// Detached copies of the lease directories, made here where the
-			// server can reach them; the init attaches them in its namespace.
-			for _, dir := range []string{l.workspaceHost, l.tmpHost} {
-				fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-				if err != nil {
-					files.closeAll()
-					return nil, fmt.Errorf("cloning %s: %w", dir, err)
-				}
-				mount := os.NewFile(uintptr(fd), "mount")
-				files.mounts = append(files.mounts, mount)
-				cmd.ExtraFiles = append(cmd.ExtraFiles, mount)
-			}
-			cfg.MountFDs = true
-		}
-	} else if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.hostUID), Gid: uint32(s.hostGID), Groups: []uint32{}}
 	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		files.closeAll()
-		return nil, err
-	}
 	if err := cmd.Start(); err != nil {
-		files.closeAll()
+		configW.Close()
 		return nil, fmt.Errorf("starting the init: %w", err)
 	}
-	files.closeChildEnds() // ours would keep the pipes open
 	go func() {
-		files.configW.Write(cfgJSON)
-		files.configW.Close()
+		configW.Write(cfgJSON)
+		configW.Close()
 	}()
-
-	id := newID("proc-")
-	p := &process{
-		id:         id,
-		lease:      l,
-		oneShot:    oneShot,
-		cmd:        cmd,
-		journal:    newJournal(s.opts.JournalBytes, s.opts.StallTimeout),
-		record:     s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: id, Argv: argv, Exec: oneShot, Start: time.Now()}),
-		stdin:      files.stdinW,
-		startCh:    make(chan initMessage, 1),
-		mainExited: make(chan struct{}),
-		done:       make(chan struct{}),
-	}
-	pumpDone := make(chan struct{})
-	s.workers.Add(2)
-	go func() {
-		defer s.workers.Done()
-		defer close(pumpDone)
-		p.pump(files.stdoutR, files.stderrR, files.statusR)
-	}()
-	go func() {
-		defer s.workers.Done()
-		cmd.Wait()
-		<-pumpDone
-		p.finish(s)
-	}()
-
-	timer := time.NewTimer(startTimeout)
-	defer timer.Stop()
-	select {
-	case msg := <-p.startCh:
-		if msg.Started {
-			s.started.Add(1)
-			return p, nil
-		}
-		<-p.done
-		s.history.remove(p.record)
-		if msg.FailureKind == failCwd || msg.FailureKind == failCommand {
-			return nil, &startError{msg.Failure}
-		}
-		return nil, fmt.Errorf("setting up the sandbox: %s", msg.Failure)
-	case <-p.done:
-		s.history.remove(p.record)
-		return nil, errors.New("the init ended before it started the command")
-	case <-timer.C:
-		p.kill()
-		<-p.done
-		s.history.remove(p.record)
-		return nil, errors.New("the init did not start the command in time")
-	}
+	return cmd, nil
 }
 
 // initFiles are the pipes between the server and a new init. The init gets
@@ -184,20 +196,15 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 // and the configuration, and the pump reads the init's stdout, stderr and
 // status through raw non-blocking descriptors.
 type initFiles struct {
-	stdinR, configR, stdoutW, stderrW, statusW *os.File   // the init's ends
-	mounts                                     []*os.File // detached mounts for the init
-	stdinW, configW                            *os.File
-	stdoutR, stderrR, statusR                  int
+	stdinR, stdoutW, stderrW, statusW *os.File // the init's ends
+	stdinW                            *os.File
+	stdoutR, stderrR, statusR         int
 }
 
 func newInitFiles() (*initFiles, error) {
 	f := &initFiles{stdoutR: -1, stderrR: -1, statusR: -1}
 	var err error
 	if f.stdinR, f.stdinW, err = os.Pipe(); err != nil {
-		return nil, err
-	}
-	if f.configR, f.configW, err = os.Pipe(); err != nil {
-		f.closeAll()
 		return nil, err
 	}
 	for _, p := range []struct {
@@ -218,7 +225,7 @@ func newInitFiles() (*initFiles, error) {
 // closeChildEnds closes the server's copies of the init's ends: once the
 // init has them, ours would only keep the pipes open.
 func (f *initFiles) closeChildEnds() {
-	for _, c := range append([]*os.File{f.stdinR, f.configR, f.stdoutW, f.stderrW, f.statusW}, f.mounts...) {
+	for _, c := range []*os.File{f.stdinR, f.stdoutW, f.stderrW, f.statusW} {
 		if c != nil {
 			c.Close()
 		}
@@ -228,10 +235,8 @@ func (f *initFiles) closeChildEnds() {
 // closeAll closes everything, when no init was started.
 func (f *initFiles) closeAll() {
 	f.closeChildEnds()
-	for _, c := range []*os.File{f.stdinW, f.configW} {
-		if c != nil {
-			c.Close()
-		}
+	if f.stdinW != nil {
+		f.stdinW.Close()
 	}
 	for _, fd := range []int{f.stdoutR, f.stderrR, f.statusR} {
 		if fd >= 0 {
@@ -240,11 +245,18 @@ func (f *initFiles) closeAll() {
 	}
 }
 
+// maxStatusLine bounds a line on a status pipe. A longer line, or one that
+// does not parse, is a protocol failure: the tree is killed, and nothing of
+// the line is taken for an exit status.
+const maxStatusLine = 4 << 10
+
 // pump moves output from the pipes into the journal and reads the init's
-// messages, until every pipe is closed. When the main process's exit status
+// messages, until every pipe is closed (or, with untilExit, until the exit
+// is known and the status pipe closed: then it drains what the pipes hold
+// and leaves the rest to discard). When the main process's exit status
 // arrives, whatever it wrote is already in the pipes: pump drains them first,
 // so the exit follows all of that output in the journal.
-func (p *process) pump(stdoutR, stderrR, statusR int) {
+func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 	fds := []unix.PollFd{
 		{Fd: int32(stdoutR), Events: unix.POLLIN},
 		{Fd: int32(stderrR), Events: unix.POLLIN},
@@ -253,6 +265,11 @@ func (p *process) pump(stdoutR, stderrR, statusR int) {
 	buf := make([]byte, maxChunk)
 	var status []byte
 	open := len(fds)
+	closeFD := func(i int) {
+		unix.Close(int(fds[i].Fd))
+		fds[i].Fd = -1
+		open--
+	}
 	// read reads once from output pipe i; false when it reached end of file.
 	read := func(i int) (n int, more bool) {
 		n, err := unix.Read(int(fds[i].Fd), buf)
@@ -263,9 +280,7 @@ func (p *process) pump(stdoutR, stderrR, statusR int) {
 		if err == unix.EAGAIN || err == unix.EINTR {
 			return 0, true
 		}
-		unix.Close(int(fds[i].Fd))
-		fds[i].Fd = -1
-		open--
+		closeFD(i)
 		return 0, false
 	}
 	drain := func(i int) {
@@ -281,7 +296,31 @@ func (p *process) pump(stdoutR, stderrR, statusR int) {
 			total += n
 		}
 	}
+	protocolFailure := func() {
+		s.log.Warn("a process's status channel broke the protocol; killing its tree", "sandbox", p.lease.id)
+		closeFD(2)
+		p.kill()
+	}
 	for open > 0 {
+		if p.untilExit && fds[2].Fd < 0 {
+			if _, ok := p.exitStatus(); ok {
+				for i := range 2 {
+					if fds[i].Fd >= 0 {
+						drain(i)
+					}
+				}
+				var rest []int
+				for i := range 2 {
+					if fds[i].Fd >= 0 {
+						rest = append(rest, int(fds[i].Fd))
+					}
+				}
+				if len(rest) > 0 {
+					s.workers.Go(func() { discard(rest) })
+				}
+				return
+			}
+		}
 		if _, err := unix.Poll(fds, -1); err != nil {
 			if err == unix.EINTR {
 				continue
@@ -299,22 +338,24 @@ func (p *process) pump(stdoutR, stderrR, statusR int) {
 		n, err := unix.Read(int(fds[2].Fd), buf)
 		if n <= 0 {
 			if err != unix.EAGAIN && err != unix.EINTR {
-				unix.Close(int(fds[2].Fd))
-				fds[2].Fd = -1
-				open--
+				closeFD(2)
 			}
 			continue
 		}
 		status = append(status, buf[:n]...)
-		for {
+		for fds[2].Fd >= 0 {
 			line, rest, ok := bytes.Cut(status, []byte{'\n'})
 			if !ok {
+				if len(status) > maxStatusLine {
+					protocolFailure()
+				}
 				break
 			}
 			status = rest
 			var msg initMessage
-			if json.Unmarshal(line, &msg) != nil {
-				continue
+			if len(line) > maxStatusLine || json.Unmarshal(line, &msg) != nil {
+				protocolFailure()
+				break
 			}
 			if msg.Exited {
 				for i := range 2 {
@@ -334,6 +375,37 @@ func (p *process) pump(stdoutR, stderrR, statusR int) {
 	for _, fd := range fds {
 		if fd.Fd >= 0 {
 			unix.Close(int(fd.Fd))
+		}
+	}
+}
+
+// discard reads the pipes to their end and drops what they carry: the
+// output of an exec's background processes, after the exec has answered.
+// Reading on keeps their writes from failing.
+func discard(fds []int) {
+	poll := make([]unix.PollFd, len(fds))
+	for i, fd := range fds {
+		poll[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	}
+	buf := make([]byte, maxChunk)
+	for open := len(poll); open > 0; {
+		if _, err := unix.Poll(poll, -1); err != nil && err != unix.EINTR {
+			break
+		}
+		for i := range poll {
+			if poll[i].Fd < 0 || poll[i].Revents == 0 {
+				continue
+			}
+			if n, err := unix.Read(int(poll[i].Fd), buf); n <= 0 && err != unix.EAGAIN && err != unix.EINTR {
+				unix.Close(int(poll[i].Fd))
+				poll[i].Fd = -1
+				open--
+			}
+		}
+	}
+	for _, p := range poll {
+		if p.Fd >= 0 {
+			unix.Close(int(p.Fd))
 		}
 	}
 }
@@ -376,7 +448,8 @@ func (p *process) exitStatus() (exitStatus, bool) {
 // the tree is left.
 func (p *process) finish(s *Server) {
 	st := exitStatus{Signal: "SIGKILL"}
-	if ps := p.cmd.ProcessState; ps != nil {
+	if p.cmd == nil {
+	} else if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			// The init was killed, and with it the command.
 			st = exitStatus{Signal: unix.SignalName(ws.Signal())}
@@ -390,27 +463,38 @@ func (p *process) finish(s *Server) {
 	p.lease.processDone(p)
 }
 
-// signal delivers sig to every process of the tree: the init forwards it,
-// except SIGKILL, which kills the tree.
+// signal delivers sig to every process of the tree: the supervisor
+// forwards it (an exec in a lease: its process group gets it), except
+// SIGKILL, which kills the tree.
 func (p *process) signal(sig syscall.Signal) {
 	if sig == syscall.SIGKILL {
 		p.kill()
 		return
 	}
+	if p.machine != nil {
+		p.machine.signal(p.machineID, sig)
+		return
+	}
 	p.cmd.Process.Signal(sig)
 }
 
-// kill kills the whole tree. In a namespace, killing its pid 1 is enough:
-// the kernel kills every other process of it. A subreaper has no such
-// power, so in process-group mode the tree is frozen and killed first.
+// kill kills the whole tree. A subreaper cannot do that atomically, so the
+// tree is frozen and killed: by the lease init in namespace mode, here in
+// process-group mode. An exec in a lease whose main process has exited has
+// no tree anymore: what it left running belongs to the lease.
 func (p *process) kill() {
 	p.journal.release()
-	if p.lease.isolation != IsolationNamespaces {
-		roots := []int{p.cmd.Process.Pid}
-		freezeTrees(roots, time.Second)
-		signalTrees(roots, syscall.SIGKILL)
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	if p.machine != nil {
+		if _, exited := p.exitStatus(); exited && p.oneShot {
+			return
+		}
+		p.machine.kill(p.machineID)
+		return
 	}
+	roots := []int{p.cmd.Process.Pid}
+	freezeTrees(roots, time.Second)
+	signalTrees(roots, syscall.SIGKILL)
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
 }
 
@@ -472,15 +556,17 @@ func (p *process) writeStdin(data []byte, timeout time.Duration) error {
 	return err
 }
 
-// treeRoots returns the init pid of each live process, the roots of their
-// trees in the host's process table.
+// treeRoots returns the supervisor pid of each live process of
+// process-group mode, the roots of their trees in the host's process table.
 func treeRoots(procs []*process) []int {
 	var roots []int
 	for _, p := range procs {
 		select {
 		case <-p.done:
 		default:
-			roots = append(roots, p.cmd.Process.Pid)
+			if p.cmd != nil {
+				roots = append(roots, p.cmd.Process.Pid)
+			}
 		}
 	}
 	return roots

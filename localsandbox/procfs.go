@@ -80,11 +80,16 @@ func (t procTable) tree(root int) []int {
 	return out
 }
 
-// count returns how many processes the trees rooted at roots hold.
+// count returns how many live processes (not zombies: a zombie waits for
+// its parent to reap it) the trees rooted at roots hold.
 func (t procTable) count(roots []int) int {
 	n := 0
 	for _, r := range roots {
-		n += len(t.tree(r))
+		for _, pid := range t.tree(r) {
+			if t.state[pid] != 'Z' {
+				n++
+			}
+		}
 	}
 	return n
 }
@@ -93,8 +98,9 @@ func (t procTable) count(roots []int) int {
 // SIGSTOP and returns once a fresh scan finds every one of them stopped (or
 // dead) and no new process: a process stopped cannot fork, so a process
 // forked during the freeze is found by a later scan and stopped in turn.
-// It gives up after timeout.
-func freezeTrees(roots []int, timeout time.Duration) error {
+// It gives up after timeout. The process skip (a lease init: 0 for none) is
+// left running.
+func freezeTrees(roots []int, timeout time.Duration, skip ...int) error {
 	deadline := time.Now().Add(timeout)
 	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 20*time.Millisecond) {
 		t, err := readProcTable()
@@ -104,6 +110,9 @@ func freezeTrees(roots []int, timeout time.Duration) error {
 		settled := true
 		for _, root := range roots {
 			for _, pid := range t.tree(root) {
+				if len(skip) > 0 && pid == skip[0] {
+					continue
+				}
 				switch t.state[pid] {
 				case 'T', 't', 'Z', 'X', 'x':
 					continue
@@ -185,7 +194,9 @@ func SandboxProcesses(root string) ([]int, error) {
 		for _, p := range t.tree(pid) {
 			if !seen[p] {
 				seen[p] = true
-				out = append(out, p)
+				if t.state[p] != 'Z' { // dead, waiting to be reaped
+					out = append(out, p)
+				}
 			}
 		}
 	}

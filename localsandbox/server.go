@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,10 +29,11 @@ type Server struct {
 	isolation Isolation
 	hostUID   int
 	hostGID   int
-	mountFDs  bool // hand the inits detached mounts of the lease directories
 	lock      *os.File
 	handler   http.Handler
 	history   *history
+	limiter   *limiter // the leases' cgroups; set after the isolation probe
+	diskErr   error    // why leases' disks are not bounded (nil: they are)
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -41,6 +43,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	leases      map[string]*lease
+	creating    int // leases being created, not yet in leases
 	idempotency map[string]*idempotentCreate
 	idemOrder   []string
 	servers     map[*http.Server]struct{}
@@ -75,7 +78,7 @@ func New(opts Options) (*Server, error) {
 		servers:     make(map[*http.Server]struct{}),
 	}
 	if os.Geteuid() == 0 {
-		s.hostUID, s.hostGID, s.mountFDs = opts.HostUID, opts.HostGID, true
+		s.hostUID, s.hostGID = opts.HostUID, opts.HostGID
 	} else {
 		s.hostUID, s.hostGID = os.Geteuid(), os.Getegid()
 	}
@@ -90,9 +93,55 @@ func New(opts Options) (*Server, error) {
 		s.lock.Close()
 		return nil, err
 	}
-	s.log.Warn("sandbox memory and CPU limits are not enforced: shapes are reported, not applied (no cgroup v2 memory controller is used)")
+	if err := s.setUpLimits(); err != nil {
+		s.lock.Close()
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// setUpLimits settles which limits of a shape the kernel enforces, says so,
+// and refuses to go on without all of them under RequireLimits.
+func (s *Server) setUpLimits() error {
+	s.limiter = newLimiter(s.opts.Root, s.isolation == IsolationNamespaces)
+	if s.diskErr = diskSupport(); s.isolation != IsolationNamespaces {
+		s.diskErr = errors.New("no namespaces")
+	} else if os.Getenv(noCgroupsEnv) != "" {
+		s.diskErr = errors.New("disabled for a test")
+	}
+	s.limiter.sweep()
+	enforced := s.enforcedLimits()
+	var missing []string
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{"memory", enforced.Memory}, {"processes", enforced.Processes}, {"cpu", enforced.CPU}, {"freezer", enforced.Freezer}, {"disk", enforced.Disk}} {
+		if !c.ok {
+			missing = append(missing, c.name)
+		}
+	}
+	if len(missing) == 0 {
+		s.log.Info("sandbox shapes are enforced by the kernel", "cgroup", s.limiter.version)
+		return nil
+	}
+	if s.opts.RequireLimits {
+		return fmt.Errorf("%w: not enforced: %s (cgroup %q; the server must be root, in namespace mode, with those cgroup controllers)",
+			errLimitsNotEnforced, strings.Join(missing, ", "), s.limiter.version)
+	}
+	s.log.Warn("some limits of a sandbox's shape are NOT enforced: they are reported, not applied", "not_enforced", strings.Join(missing, ","), "cgroup", s.limiter.version)
+	return nil
+}
+
+// enforcedLimits says which limits the server's leases get.
+func (s *Server) enforcedLimits() enforcedLimits {
+	return enforcedLimits{
+		Memory:    s.limiter.enforces("memory"),
+		Processes: s.limiter.enforces("pids"),
+		CPU:       s.limiter.enforces("cpu"),
+		Freezer:   s.limiter.enforces("freezer"),
+		Disk:      s.diskErr == nil,
+	}
 }
 
 // takeRoot creates or checks the root directory and locks it.
@@ -151,6 +200,7 @@ func (s *Server) sweep() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	s.sweepDisks()
 	dir := filepath.Join(s.opts.Root, leasesDir)
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
@@ -220,7 +270,7 @@ func (s *Server) checkReachable() error {
 // probe runs a trivial command in the chosen isolation.
 func (s *Server) probe() error {
 	sh, _ := lookupShape("")
-	l, err := s.newLease(newID("probe-"), sh, nil)
+	l, err := s.newLease(newID("probe-"), leaseSpec{shape: sh})
 	if err != nil {
 		return err
 	}
@@ -344,6 +394,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
 	}
+	s.limiter.close()
 	s.lock.Close()
 	close(errs)
 	var all []error
@@ -357,9 +408,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type Stats struct {
 	// Leases is the number of live leases.
 	Leases int
-	// Processes is the number of OS processes that belong to live managed
-	// processes and execs, counted from the host's process table: every
-	// init and every process of its tree.
+	// Processes is the number of OS processes running in live leases,
+	// counted from the host's process table: every process of a lease but
+	// its lease init (in process-group mode: every supervisor and its tree).
 	Processes int
 	// ProcessesStarted is how many commands the server has started.
 	ProcessesStarted int64
@@ -373,15 +424,19 @@ func (s *Server) Stats() (Stats, error) {
 		leases = append(leases, l)
 	}
 	s.mu.Unlock()
-	var roots []int
-	for _, l := range leases {
-		roots = append(roots, treeRoots(l.liveProcesses())...)
-	}
 	t, err := readProcTable()
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Leases: len(leases), Processes: t.count(roots), ProcessesStarted: s.started.Load()}, nil
+	n := 0
+	for _, l := range leases {
+		if m, _ := l.parts(); m != nil {
+			n += t.count(t.children[m.pid()])
+		} else {
+			n += t.count(treeRoots(l.liveProcesses()))
+		}
+	}
+	return Stats{Leases: len(leases), Processes: n, ProcessesStarted: s.started.Load()}, nil
 }
 
 // History returns a record of every process the server ran, oldest first,

@@ -1,9 +1,9 @@
 package localsandbox
 
 // shape is a machine size of the hosted service. The local server accepts
-// every hosted shape so that the same configuration works against both, and
-// reports its sizes, but it enforces neither the CPU nor the memory of a
-// shape (see the README).
+// every hosted shape so that the same configuration works against both;
+// where it can (root, cgroups) the kernel enforces a shape's CPU and memory
+// per lease (cgroups.go), and the view says where it does not.
 type shape struct {
 	Name        string  `json:"name"`
 	VCPUs       float64 `json:"vcpus"`

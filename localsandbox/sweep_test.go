@@ -137,53 +137,50 @@ func waitForLeftovers(t *testing.T, root string, survivors bool) int {
 	}
 }
 
-// TestSweepKillsLeftoverInits starts inits the way a server does, but
-// without the parent-death signal that normally takes them down with
-// their server, and checks that a new server on the root kills them.
+// TestSweepKillsLeftoverInits leaves a lease init (with a supervisor and
+// its command) and a process-group supervisor started without the
+// parent-death signal that normally takes it down with its server running,
+// and checks that a new server on the root kills them all.
 func TestSweepKillsLeftoverInits(t *testing.T) {
 	root := sharedRoot(t)
-	s, err := New(Options{InsecureNoAuth: true, Root: root, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Options{InsecureNoAuth: true, Root: root, Isolation: IsolationNamespaces, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := s.createLease(shapes[0], nil)
+	lease, err := s.createLease(leaseSpec{shape: shapes[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, namespaces := range []bool{true, false} {
-		cfg := initConfig{Namespaces: namespaces, Hostname: "h", Argv: []string{"sleep", "1000"}, Cwd: "/",
-			Env: []string{"PATH=" + sandboxPath}, ReadOnlyPaths: DefaultReadOnlyPaths(),
-			WorkspacePath: lease.workspaceHost, TmpPath: lease.tmpHost}
-		configR, configW, _ := os.Pipe()
-		statusR, statusW, _ := os.Pipe()
-		cmd := exec.Command("/proc/self/exe")
-		cmd.Args = []string{initArg0, root}
-		cmd.ExtraFiles = []*os.File{configR, statusW}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if namespaces {
-			cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET
-			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		configR.Close()
-		statusW.Close()
-		json.NewEncoder(configW).Encode(cfg)
-		configW.Close()
-		line, _ := bufio.NewReader(statusR).ReadString('\n')
-		statusR.Close()
-		if !strings.Contains(line, `"started":true`) {
-			t.Fatalf("init (namespaces %v): %s", namespaces, line)
-		}
-		reaped := make(chan struct{})
-		go func() { cmd.Wait(); close(reaped) }() // once the sweep kills it
-		t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	if _, err := lease.start([]string{"sleep", "1000"}, "", false); err != nil {
+		t.Fatal(err)
 	}
-	if pids, _ := SandboxProcesses(root); len(pids) != 4 {
-		t.Fatalf("%d processes, want two inits and two sleeps", len(pids))
+
+	cfg := initConfig{Argv: []string{"sleep", "1000"}, Cwd: "/", Env: []string{"PATH=" + sandboxPath},
+		WorkspacePath: lease.workspaceHost}
+	configR, configW, _ := os.Pipe()
+	statusR, statusW, _ := os.Pipe()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{initArg0, root}
+	cmd.ExtraFiles = []*os.File{configR, statusW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	configR.Close()
+	statusW.Close()
+	json.NewEncoder(configW).Encode(cfg)
+	configW.Close()
+	line, _ := bufio.NewReader(statusR).ReadString('\n')
+	statusR.Close()
+	if !strings.Contains(line, `"started":true`) {
+		t.Fatalf("supervisor: %s", line)
+	}
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }() // once the sweep kills it
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+
+	if pids, _ := SandboxProcesses(root); len(pids) != 5 {
+		t.Fatalf("%d processes, want a lease init, two supervisors and two sleeps", len(pids))
 	}
 	// The server "crashes": it releases the root without cleaning up.
 	s.lock.Close()

@@ -46,6 +46,23 @@ type config struct {
 
 	maxConns, maxConnsPerAddress int
 	bodyReadTimeout              time.Duration
+	machine                      machineFlags
+}
+
+// machineFlags configure the leases' machines (a block of its own).
+type machineFlags struct {
+	rootfsDir     string
+	requireLimits bool
+}
+
+func (m *machineFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&m.requireLimits, "require-limits", false, "refuse to start unless the kernel enforces every limit of a shape (memory, processes, CPU, freezing) per sandbox")
+	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
+}
+
+func (m *machineFlags) apply(o *localsandbox.Options) {
+	o.RootfsDir = m.rootfsDir
+	o.RequireLimits = m.requireLimits
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -64,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxConns, "max-connections", 0, "connections held at once; over it an idle one is closed, or the new one (default 1024, at most a quarter of RLIMIT_NOFILE)")
 	fs.IntVar(&c.maxConnsPerAddress, "max-connections-per-address", 0, "connections held from one client IP address (default half of --max-connections)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", localsandbox.DefaultBodyReadTimeout, "how long a request body may take to arrive")
+	c.machine.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -107,7 +125,7 @@ func run(args []string, stderr io.Writer) error {
 		ln.Close()
 		return fmt.Errorf("refusing to listen on %s without an API key: --insecure-no-auth is only allowed on a loopback address such as 127.0.0.1", ln.Addr())
 	}
-	srv, err := localsandbox.New(localsandbox.Options{
+	opts := localsandbox.Options{
 		APIKey:         c.apiKey,
 		InsecureNoAuth: c.noAuth,
 		Root:           c.root,
@@ -120,7 +138,9 @@ func run(args []string, stderr io.Writer) error {
 		MaxConnections:           c.maxConns,
 		MaxConnectionsPerAddress: c.maxConnsPerAddress,
 		BodyReadTimeout:          c.bodyReadTimeout,
-	})
+	}
+	c.machine.apply(&opts)
+	srv, err := localsandbox.New(opts)
 	if err != nil {
 		ln.Close()
 		return err

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
 
 func TestAKeyIsRequiredUnlessLoopbackWithoutAuth(t *testing.T) {
@@ -32,5 +34,24 @@ func TestTheKeyComesFromTheEnvironment(t *testing.T) {
 	c, err := parseFlags(nil, io.Discard)
 	if err != nil || c.apiKey != "from-env" || c.listen != "127.0.0.1:7575" {
 		t.Errorf("%+v, %v", c, err)
+	}
+}
+
+func TestMachineFlags(t *testing.T) {
+	t.Setenv("SANDBOXD_API_KEY", "k")
+	dir := t.TempDir()
+	c, err := parseFlags([]string{"--require-limits", "--rootfs-dir", dir}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o localsandbox.Options
+	c.machine.apply(&o)
+	if !o.RequireLimits || o.RootfsDir != dir {
+		t.Errorf("options %+v", o)
+	}
+	// A rootfs directory that does not exist stops the server from starting.
+	err = run([]string{"--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0", "--rootfs-dir", filepath.Join(dir, "none")}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "rootfs directory") {
+		t.Errorf("a missing --rootfs-dir: %v", err)
 	}
 }

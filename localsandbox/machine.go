@@ -1,0 +1,297 @@
+package localsandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The lease machine, server side.
+//
+// In namespace mode a lease is a small machine: creating the sandbox starts
+// its lease init (machine_init.go), pid 1 of the lease's own user, mount,
+// PID, UTS, IPC and network namespaces, which lives as long as the sandbox.
+// Every exec and managed process is forked by that init, so the processes
+// of a lease see each other, share 127.0.0.1 and its root file system, and
+// a background process outlives the exec that started it. Destroying the
+// sandbox kills the init, and with it (the kernel's doing: it is pid 1)
+// every process of the lease.
+//
+// The server talks to the init over a SOCK_SEQPACKET socket pair: one
+// request per message (JSON, with the stdio pipes of a new command attached
+// as SCM_RIGHTS), one bounded reply at start. Each command's own status
+// (started, exited) comes back on a pipe of its own, read by its pump.
+//
+//	server ──spawn{argv,cwd,env} + [stdin stdout stderr status]──▶ lease init
+//	server ──signal{id,sig} / kill{id}──────────────────────────▶ lease init
+//	server ◀──────────────────────── {"started"} {"exited",code} on status ─ init or supervisor
+
+// machine is a running lease init, as the server holds it.
+type machine struct {
+	cmd    *exec.Cmd
+	ctl    int // our end of the control socket
+	nextID atomic.Uint64
+
+	sendMu sync.Mutex
+	closed bool // guarded by sendMu; the control socket is closed
+
+	exited chan struct{} // closed once the init was reaped: nothing of the lease is left
+	cgroup leaseCgroup   // the lease's, thawed after the kill (nil: none)
+}
+
+// Spawn kinds: an exec is forked by the init itself (cheap: no new binary
+// is loaded); a managed process runs under a supervisor, a child subreaper
+// that holds its tree together, so that its tree can be waited for and
+// killed as a whole.
+const (
+	kindExec    = "exec"
+	kindProcess = "process"
+)
+
+// machineRequest is one message from the server to a lease init.
+type machineRequest struct {
+	Op     string   `json:"op"` // "spawn", "signal" or "kill"
+	ID     uint64   `json:"id"`
+	Kind   string   `json:"kind,omitempty"`
+	Argv   []string `json:"argv,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	Signal int      `json:"signal,omitempty"`
+}
+
+// machineReply is the init's one message to the server: ready, or why not.
+type machineReply struct {
+	Ready   bool   `json:"ready,omitempty"`
+	Failure string `json:"failure,omitempty"`
+}
+
+// Bounds of the control channel. A reply longer than maxReplyBytes, or one
+// that does not parse, is a protocol failure: the init is killed.
+const (
+	maxReplyBytes   = 4 << 10
+	maxRequestBytes = 4 << 20 // argv and environment of one command
+	maxRequestFDs   = 64
+)
+
+// errMachineGone means the lease init is not running anymore.
+var errMachineGone = errors.New("the sandbox's init is gone")
+
+// startMachine starts the lease init of l and waits until it has built the
+// lease's environment.
+func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF} {
+		if unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+			break
+		}
+	}
+	for _, opt := range []int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF} {
+		if unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+			break
+		}
+	}
+	childEnd := os.NewFile(uintptr(fds[1]), "control")
+	m := &machine{ctl: fds[0], exited: make(chan struct{})}
+	uids, gids := s.idMappings()
+	m.cmd = &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{initArg0, s.opts.Root, leaseInitArg},
+		Env:        []string{"GORACE=atexit_sleep_ms=0"},
+		ExtraFiles: []*os.File{childEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			// No controlling terminal, its own session.
+			Setsid:    true,
+			Pdeathsig: syscall.SIGKILL,
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+			UidMappings:                uids,
+			GidMappings:                gids,
+			GidMappingsEnableSetgroups: len(gids) > 1,
+			// Become root of the namespace, that is HostUID outside.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+		},
+	}
+	if err := m.cmd.Start(); err != nil {
+		childEnd.Close()
+		unix.Close(m.ctl)
+		return nil, fmt.Errorf("starting the lease init: %w", err)
+	}
+	childEnd.Close()
+	m.cgroup = cg
+	go func() {
+		m.cmd.Wait()
+		close(m.exited)
+	}()
+	if cg != nil {
+		// Before the init forks anything: every process of the lease is in
+		// the group.
+		if err := cg.addProc(m.cmd.Process.Pid); err != nil {
+			m.stop()
+			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
+		}
+	}
+
+	cfg, files, err := s.machineSetup(l, m.cmd.Process.Pid)
+	if err == nil {
+		err = m.send(cfg, files)
+	}
+	for _, f := range files {
+		unix.Close(f)
+	}
+	if err == nil {
+		err = m.awaitReady()
+	}
+	if err != nil {
+		m.stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+// awaitReady reads the init's reply to its configuration.
+func (m *machine) awaitReady() error {
+	type result struct {
+		reply machineReply
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		buf := make([]byte, maxReplyBytes+1)
+		for {
+			n, _, _, _, err := unix.Recvmsg(m.ctl, buf, nil, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			switch {
+			case err != nil:
+				got <- result{err: fmt.Errorf("the lease init: %w", err)}
+			case n == 0:
+				got <- result{err: errors.New("the lease init ended while setting up")}
+			case n > maxReplyBytes:
+				got <- result{err: errors.New("the lease init broke the protocol: its reply is too long")}
+			default:
+				var r machineReply
+				if json.Unmarshal(buf[:n], &r) != nil || r.Ready == (r.Failure != "") {
+					got <- result{err: errors.New("the lease init broke the protocol: a garbled reply")}
+				} else {
+					got <- result{reply: r}
+				}
+			}
+			return
+		}
+	}()
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return r.err
+		}
+		if r.reply.Failure != "" {
+			return fmt.Errorf("setting up the sandbox: %s", r.reply.Failure)
+		}
+		return nil
+	case <-timer.C:
+		return errors.New("the lease init did not get ready in time")
+	}
+}
+
+// send writes one message with fds attached.
+func (m *machine) send(msg any, fds []int) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxRequestBytes {
+		return &startError{"the command line and environment are too long"}
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	m.sendMu.Lock()
+	defer m.sendMu.Unlock()
+	if m.closed {
+		return errMachineGone
+	}
+	for {
+		err = unix.Sendmsg(m.ctl, b, oob, nil, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch {
+	case err == unix.EMSGSIZE:
+		return &startError{"the command line and environment are too long"}
+	case err != nil:
+		return fmt.Errorf("%w: %v", errMachineGone, err)
+	}
+	return nil
+}
+
+// spawn asks the init to start a command with the given pipes (stdin,
+// stdout, stderr, status); it returns the command's id in the machine.
+func (m *machine) spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
+	id := m.nextID.Add(1)
+	err := m.send(machineRequest{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
+	return id, err
+}
+
+// signal delivers sig to command id: an exec's process group, or a managed
+// process's supervisor (which forwards it to its tree).
+func (m *machine) signal(id uint64, sig syscall.Signal) {
+	m.send(machineRequest{Op: "signal", ID: id, Signal: int(sig)}, nil)
+}
+
+// kill kills command id's tree.
+func (m *machine) kill(id uint64) {
+	m.send(machineRequest{Op: "kill", ID: id}, nil)
+}
+
+// stop kills the init, and with it every process of the lease, and waits
+// until the kernel has reaped them all. It reports whether they are gone.
+func (m *machine) stop() bool {
+	m.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
+	if m.cgroup != nil {
+		// A frozen process dies only once thawed.
+		m.cgroup.thaw()
+	}
+	timer := time.NewTimer(killConfirmTimeout)
+	defer timer.Stop()
+	select {
+	case <-m.exited:
+	case <-timer.C:
+		return false
+	}
+	m.sendMu.Lock()
+	defer m.sendMu.Unlock()
+	if !m.closed {
+		m.closed = true
+		unix.Close(m.ctl)
+	}
+	return true
+}
+
+// pid is the init's pid on the host.
+func (m *machine) pid() int { return m.cmd.Process.Pid }
+
+// alive reports whether the init still runs.
+func (m *machine) alive() bool {
+	select {
+	case <-m.exited:
+		return false
+	default:
+		return true
+	}
+}
