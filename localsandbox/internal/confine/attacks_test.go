@@ -318,8 +318,11 @@ func attackChild(mode string) error {
 		return err
 	}
 	report["no_new_privs after clearing"] = strconv.Itoa(nnp)
-	return json.NewEncoder(os.Stdout).Encode(report)
+	return jsonOut(report)
 }
+
+// jsonOut writes a child's report.
+func jsonOut(report map[string]string) error { return json.NewEncoder(os.Stdout).Encode(report) }
 
 // openPty opens a pseudo-terminal pair the way posix_openpt, unlockpt and
 // ptsname do.
