@@ -77,7 +77,14 @@
 //   - In the init itself, once its own setup is done: Apply, then
 //     syscall.ForkExec of the command from the same goroutine. The init is
 //     then confined as well, which it can afford: what it does afterwards
-//     (wait4, kill, read and write on its pipes) is all allowed.
+//     (wait4, kill, read and write on its pipes) is all allowed. But it
+//     must also make itself non-dumpable (prctl(PR_SET_DUMPABLE, 0)):
+//     /proc/<pid>/mem is guarded by the kernel's ptrace access check, not by
+//     seccomp, and that check lets a process of the same uid whose
+//     capabilities are a superset of the target's open it. An unconfined
+//     init is out of reach because it holds capabilities the command lacks
+//     (tested); a confined one, holding the same, is not unless
+//     non-dumpable.
 //
 // The code between Apply and the exec runs under the filter: it must not
 // need anything refused (mount setup, setns, sethostname come before).

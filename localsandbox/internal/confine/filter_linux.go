@@ -17,8 +17,8 @@ import (
 //
 //   - the syscalls in tightened are removed from the allow-list (Docker
 //     allows them; issue 14 does not);
-//   - ioctl(TIOCSTI) and ioctl(TIOCLINUX) are refused before the allow-list
-//     is consulted, whatever the upper 32 bits of the request word hold;
+//   - ioctl(TIOCSTI) and ioctl(TIOCLINUX) are refused, whatever the upper
+//     32 bits of the request word hold;
 //   - with Policy.AllowNestedUserNS, unshare, setns and clone/clone3 with any
 //     flags are allowed.
 
