@@ -151,10 +151,17 @@ func TestLiveReaderThatFallsBehindGetsAnErrorFrame(t *testing.T) {
 // MiB.
 func TestLargeOutputKeepsServerMemoryBounded(t *testing.T) {
 	const total = 200 << 20
-	ts := startServer(t, Options{StallTimeout: time.Second})
-	lease := ts.createLease()
 	for _, slow := range []bool{false, true} {
 		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
+			// The stalled reader is evicted after 100 ms; the fast one must
+			// never be, however busy the machine (a loaded 2-core CI under
+			// -race can leave it unscheduled for longer than that).
+			stall := time.Minute
+			if slow {
+				stall = 100 * time.Millisecond
+			}
+			ts := startServer(t, Options{StallTimeout: stall})
+			lease := ts.createLease()
 			runtime.GC()
 			var base runtime.MemStats
 			runtime.ReadMemStats(&base)

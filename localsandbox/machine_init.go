@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/confine"
 )
 
 // The lease init: pid 1 of a lease.
@@ -114,15 +116,17 @@ func runLeaseInit() int {
 // confineChild is where the lease's confinement is applied, once its root
 // file system is built and before any command runs. It runs in the init
 // itself: Go cannot run code between fork and exec, and no_new_privs, the
-// capability bounding set and a seccomp filter are all inherited by every
-// process the init forks.
+// capability bounding set and the seccomp filter (package confine) are all
+// inherited by every process the init forks. confine.Apply locks this
+// goroutine to its OS thread, whose capabilities are the ones a fork
+// inherits; the init forks every command from this same goroutine (the
+// request loop in runLeaseInit).
 //
-// TODO(confine): call confine.Apply(policy) from
-// localsandbox/internal/confine here (no_new_privs, bounding set without
-// CAP_SYS_PTRACE among others, seccomp). Until then this is a no-op, and a
-// command, being root of the lease's user namespace with CAP_SYS_PTRACE in
-// it, can still ptrace the non-dumpable init.
-func confineChild() error { return nil }
+// The init is confined as well, which it can afford: what it does from now
+// on (fork, exec, wait4, kill, reads and writes on its pipes) is allowed. A
+// command cannot reach it: it is non-dumpable and nobody in the lease holds
+// CAP_SYS_PTRACE, and ptrace, pidfd_getfd and process_vm_* are refused.
+func confineChild() error { return confine.Apply(confine.Policy{}) }
 
 // recvRequest reads one message and the descriptors attached to it
 // (received close-on-exec).
