@@ -1,6 +1,7 @@
 package localsandbox
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -32,13 +33,16 @@ func (s *Server) routes() http.Handler {
 		"POST /v1/sandboxes/{id}/processes/{pid}/signal":      s.signal,
 		"GET /v1/sandboxes/{id}/processes/{pid}/connect":      s.connect,
 		"GET /v1/sandboxes/{id}/processes/{pid}/wait":         s.wait,
+		"PATCH /v1/sandboxes/{id}":                            s.patchSandbox,
+		"GET /v1/sandboxes/{id}/egress":                       s.getEgress,
+		"PUT /v1/sandboxes/{id}/egress":                       s.putEgress,
 	} {
 		mux.Handle(pattern, s.endpoint(h))
 	}
 	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
-	return s.withRecover(s.withAuth(s.withOpen(mux)))
+	return s.withRecover(s.withIngress(s.withAuth(s.withOpen(mux))))
 }
 
 func (s *Server) getShapes(w http.ResponseWriter, r *http.Request) error {
@@ -57,6 +61,11 @@ type sandboxView struct {
 	Rootfs    string      `json:"rootfs,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
 	Limits    *limitsView `json:"limits,omitempty"`
+	// The egress in force (["*"] all, [] none), ingress, and [ext] network.
+	Egress             *[]string    `json:"egress,omitempty"`
+	IngressEnabled     bool         `json:"ingress_enabled"`
+	IngressURLTemplate string       `json:"ingress_url_template,omitempty"`
+	Network            *networkView `json:"network,omitempty"`
 }
 
 // limitsView says which limits apply to a lease's processes, and which of
@@ -71,7 +80,7 @@ type limitsView struct {
 }
 
 func (s *Server) view(l *lease) sandboxView {
-	return sandboxView{
+	v := sandboxView{
 		ID:        l.id,
 		Status:    l.status(),
 		Labels:    l.labels,
@@ -87,6 +96,8 @@ func (s *Server) view(l *lease) sandboxView {
 			VCPUs:        l.shape.VCPUs,
 		},
 	}
+	s.addNetworkView(l, &v)
+	return v
 }
 
 func (s *Server) lookupLease(r *http.Request) (*lease, error) {
@@ -110,6 +121,7 @@ type createSandboxRequest struct {
 	Region         string            `json:"region,omitempty"`
 	IngressEnabled bool              `json:"ingress_enabled"`
 	Labels         map[string]string `json:"labels,omitempty"`
+	Egress         []string          `json:"egress,omitempty"`
 }
 
 // Label limits.
@@ -140,8 +152,9 @@ func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 		return leaseSpec{}, badRequest("unknown shape (GET /v1/shapes lists them)")
 	}
 	spec := leaseSpec{shape: sh}
-	if req.IngressEnabled {
-		return leaseSpec{}, badRequest("ingress is not supported by the local server")
+	var err error
+	if spec.net, err = s.netSpec(context.Background(), req.Egress, req.IngressEnabled); err != nil {
+		return leaseSpec{}, err
 	}
 	if len(req.Rootfs) > 200 || len(req.Region) > 200 {
 		return leaseSpec{}, badRequest("rootfs and region must be at most 200 bytes")

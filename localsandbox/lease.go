@@ -40,8 +40,9 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 
-	rootfs  string   // the lower layer's name below Options.RootfsDir; "" = the host's
-	machine *machine // the lease init (namespace mode)
+	rootfs  string    // the lower layer's name below Options.RootfsDir; "" = the host's
+	machine *machine  // the lease init (namespace mode)
+	net     *leaseNet // the network namespace the server made (network.go), or nil
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -64,6 +65,7 @@ type leaseSpec struct {
 	shape  shape
 	labels map[string]string
 	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
+	net    netSpec
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
@@ -106,9 +108,13 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	if l.isolation == IsolationNamespaces {
 		err := s.makeLeaseRoot(l)
 		if err == nil {
+			l.net, err = s.newLeaseNet(spec.net)
+		}
+		if err == nil {
 			l.machine, err = s.startMachine(l)
 		}
 		if err != nil {
+			l.net.close()
 			os.RemoveAll(l.dir)
 			return nil, err
 		}
@@ -341,6 +347,7 @@ func (l *lease) destroy() error {
 	if l.machine != nil && !l.machine.stop() {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
 	}
+	l.net.close()
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup
 	failed := make(chan string, len(procs))
