@@ -290,3 +290,14 @@ func TestCompileEgressCapsAndResolves(t *testing.T) {
 		t.Error("an unresolvable host was accepted")
 	}
 }
+
+func TestEgressPolicyIsChecked(t *testing.T) {
+	_, err := New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: "some"})
+	if err == nil || !strings.Contains(err.Error(), "unknown egress policy") {
+		t.Errorf("unknown policy: %v", err)
+	}
+	_, err = New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: EgressAny, Slirp4netns: "", IngressDomain: "bad domain"})
+	if err == nil || !strings.Contains(err.Error(), "ingress domain") {
+		t.Errorf("bad ingress domain: %v", err)
+	}
+}

@@ -235,19 +235,20 @@ func (n *leaseNet) close() {
 		return
 	}
 	n.mu.Lock()
-	if n.ingressTransport != nil {
-		n.ingressTransport.CloseIdleConnections()
-	}
+	slirp, transport := n.slirp, n.ingressTransport
+	n.slirp = nil
 	n.mu.Unlock()
-	if n.slirp != nil {
+	if transport != nil {
+		transport.CloseIdleConnections()
+	}
+	if slirp != nil {
 		n.slirpExit.Close()
 		select {
 		case <-n.slirpDone:
 		case <-time.After(killConfirmTimeout):
-			n.slirp.Process.Kill()
+			slirp.Process.Kill()
 			<-n.slirpDone
 		}
-		n.slirp = nil
 	}
 	n.netns.Close()
 }

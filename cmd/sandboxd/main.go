@@ -44,6 +44,7 @@ type config struct {
 	uid, gid     int
 	logLevel     slog.Level
 	machine      machineFlags
+	network      networkFlags
 }
 
 // machineFlags configure the leases' machines (a block of its own).
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.gid, "gid", 65534, "host gid a sandbox's root maps to (when run as root)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	c.machine.register(fs)
+	c.network.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -127,6 +129,7 @@ func run(args []string, stderr io.Writer) error {
 		Logger:         log,
 	}
 	c.machine.apply(&opts)
+	c.network.apply(&opts)
 	srv, err := localsandbox.New(opts)
 	if err != nil {
 		ln.Close()
