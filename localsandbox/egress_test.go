@@ -103,6 +103,9 @@ func TestEgressAnyReachesTheHost(t *testing.T) {
 	if got := ts.fetch(sb.ID, "10.0.2.2", port); got != "hello from the host" {
 		t.Fatalf("fetch: %q", got)
 	}
+	if got := ts.exec(sb.ID, "cat /etc/resolv.conf").Stdout; got != resolvConf {
+		t.Errorf("resolv.conf: %q", got)
+	}
 	var after networkData
 	ts.mustCall("GET", "/sandboxes/"+sb.ID, nil, &after)
 	if after.Network.BytesOut == 0 || after.Network.BytesIn < int64(len("hello from the host")) {

@@ -225,3 +225,35 @@ func TestPreviewHostParsing(t *testing.T) {
 		}
 	}
 }
+
+func TestPreviewIsLoopbackOnly(t *testing.T) {
+	needRoot(t)
+	var public net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			public = ipn.IP
+			break
+		}
+	}
+	if public == nil {
+		t.Skip("this machine has no address but loopback")
+	}
+	ts := startServer(t, Options{})
+	sb := ts.createWith(map[string]any{"ingress_enabled": true})
+	ln, err := net.Listen("tcp", net.JoinHostPort(public.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.srv.Serve(ln)
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+	req.Host = previewHost(sb.ID, 8000, ln.Addr().String())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("preview off loopback: %d, want 403", resp.StatusCode)
+	}
+}

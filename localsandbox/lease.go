@@ -108,7 +108,7 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	if l.isolation == IsolationNamespaces {
 		err := s.makeLeaseRoot(l)
 		if err == nil {
-			l.net, err = s.newLeaseNet(spec.net)
+			l.net, err = s.newLeaseNet(l, spec.net)
 		}
 		if err == nil {
 			l.machine, err = s.startMachine(l)

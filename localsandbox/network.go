@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -125,7 +127,7 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 // newLeaseNet makes the network namespace of a lease (nil when the server
 // cannot: the init then makes its own), with loopback up, the egress
 // table in place and, unless egress is off, slirp4netns attached.
-func (s *Server) newLeaseNet(spec netSpec) (_ *leaseNet, err error) {
+func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 	if !s.networkAvailable() {
 		return nil, nil
 	}
@@ -152,7 +154,54 @@ func (s *Server) newLeaseNet(spec netSpec) (_ *leaseNet, err error) {
 	if err := n.startSlirp(s); err != nil {
 		return nil, err
 	}
+	if err := s.writeResolvConf(l); err != nil {
+		return nil, err
+	}
 	return n, nil
+}
+
+// resolvConf sends the lease's name lookups to slirp4netns's resolver,
+// the only one its egress table admits (the host's may be on the host's
+// loopback, which the lease cannot reach).
+const resolvConf = "# written by sandboxd: the user-mode network's resolver (slirp4netns)\nnameserver 10.0.2.3\n"
+
+// writeResolvConf puts /etc/resolv.conf into the upper layer of l's root
+// that holds /etc, over the lower layer's.
+func (s *Server) writeResolvConf(l *lease) error {
+	layers, _, err := s.rootLayers(l)
+	if err != nil {
+		return err
+	}
+	const file = "/etc/resolv.conf"
+	var best *rootLayer
+	for i := range layers {
+		ly := &layers[i]
+		if (ly.Target == "/" || strings.HasPrefix(file, ly.Target+"/")) && (best == nil || len(ly.Target) > len(best.Target)) {
+			best = ly
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(file, best.Target), "/")
+	dir := filepath.Join(l.dir, upperDir, best.Name)
+	for _, part := range strings.Split(filepath.Dir(rel), "/") {
+		if part == "." {
+			break
+		}
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if err := s.chownToLease(dir); err != nil {
+			return err
+		}
+	}
+	path := filepath.Join(dir, filepath.Base(rel))
+	if err := os.WriteFile(path, []byte(resolvConf), 0o644); err != nil {
+		return fmt.Errorf("the lease's resolv.conf: %w", err)
+	}
+	return s.chownToLease(path)
 }
 
 // startSlirp attaches slirp4netns to the namespace and waits until it has
