@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -302,5 +303,77 @@ func TestEgressPolicyIsChecked(t *testing.T) {
 	_, err = New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: EgressAny, Slirp4netns: "", IngressDomain: "bad domain"})
 	if err == nil || !strings.Contains(err.Error(), "ingress domain") {
 		t.Errorf("bad ingress domain: %v", err)
+	}
+}
+
+func TestEgressHostAndCIDRRules(t *testing.T) {
+	needNetwork(t)
+	orig := egressResolver
+	t.Cleanup(func() { egressResolver = orig })
+	egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "gateway.test" {
+			return []netip.Addr{netip.MustParseAddr("10.0.2.2")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	named, cidr, other := hostServer(t, "named"), hostServer(t, "cidr"), hostServer(t, "other")
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("gateway.test:%d", named), fmt.Sprintf("10.0.2.0/24:%d", cidr)}})
+	if got := ts.fetch(sb.ID, "10.0.2.2", named); got != "named" {
+		t.Errorf("the resolved host's port: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", cidr); got != "cidr" {
+		t.Errorf("the CIDR's port: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", other); !strings.Contains(got, "ERR") {
+		t.Errorf("a port no rule names: %q", got)
+	}
+}
+
+// An established connection keeps going when its rule goes; a new one
+// follows the new rules.
+func TestEgressChangeSparesEstablishedConnections(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a line echo server
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("10.0.2.2:%d", port)}})
+	pid := ts.startProcess(sb.ID, fmt.Sprintf(`exec python3 -c '
+import os, socket, time
+s = socket.create_connection(("10.0.2.2", %d), timeout=10)
+s.sendall(b"before\n"); print(s.recv(100).decode().strip(), flush=True)
+while not os.path.exists("/workspace/gate"):
+    time.sleep(0.005)
+s.sendall(b"after\n"); print(s.recv(100).decode().strip(), flush=True)
+try:
+    socket.create_connection(("10.0.2.2", %d), timeout=10); print("new: connected")
+except Exception as e:
+    print("new:", type(e).__name__)
+'`, port, port))
+	st := ts.connect(sb.ID, pid, 0)
+	if ev, ok := st.next(false); !ok || ev.Type != "data" {
+		t.Fatalf("first frame %+v", ev)
+	}
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{"10.0.2.2:1"}}, nil)
+	ts.openGate(sb.ID)
+	out := st.drain(1)
+	if got := out.stdout.String(); got != "after\nnew: ConnectionRefusedError\n" {
+		t.Errorf("after the change: %q (stderr %q)", got, out.stderr.String())
 	}
 }
