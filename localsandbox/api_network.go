@@ -4,8 +4,9 @@ import (
 	"net/http"
 )
 
-// The network endpoints: GET/PUT /v1/sandboxes/{id}/egress (CREATEOS-API
-// §3.6) and PATCH /v1/sandboxes/{id} for ingress_enabled (§3.2).
+// The network endpoints: GET/PUT /v1/sandboxes/{id}/egress and the
+// bandwidth routes (CREATEOS-API §3.6), PATCH /v1/sandboxes/{id} for
+// ingress_enabled (§3.2).
 
 // egressView is the answer of the egress endpoints: the egress in force.
 type egressView struct {
@@ -86,4 +87,51 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeData(w, s.view(l))
+}
+
+// bandwidthView is GET /sandboxes/{id}/bandwidth (CREATEOS-API §3.6). The
+// local server meters nothing: quota and remaining are -1 (unmetered);
+// used_bytes and ingress_bytes are what crossed the lease's outward
+// interface, out and in.
+type bandwidthView struct {
+	ID             string `json:"id"`
+	QuotaBytes     int64  `json:"quota_bytes"`
+	UsedBytes      int64  `json:"used_bytes"`
+	IngressBytes   int64  `json:"ingress_bytes"`
+	RemainingBytes int64  `json:"remaining_bytes"`
+	Capped         bool   `json:"capped"`
+}
+
+func (s *Server) bandwidth(l *lease) bandwidthView {
+	_, _, n := s.networkView(l)
+	return bandwidthView{ID: l.id, QuotaBytes: -1, UsedBytes: n.BytesOut, IngressBytes: n.BytesIn, RemainingBytes: -1}
+}
+
+func (s *Server) getBandwidth(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	return writeData(w, s.bandwidth(l))
+}
+
+// rechargeRequest is the body of POST /sandboxes/{id}/bandwidth/recharge.
+type rechargeRequest struct {
+	AddBytes int64 `json:"add_bytes"`
+}
+
+// rechargeBandwidth is a no-op, as on an unmetered hosted sandbox.
+func (s *Server) rechargeBandwidth(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	var req rechargeRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.AddBytes <= 0 {
+		return badRequest("add_bytes must be positive")
+	}
+	return writeData(w, s.bandwidth(l))
 }

@@ -36,6 +36,8 @@ func (s *Server) routes() http.Handler {
 		"PATCH /v1/sandboxes/{id}":                            s.patchSandbox,
 		"GET /v1/sandboxes/{id}/egress":                       s.getEgress,
 		"PUT /v1/sandboxes/{id}/egress":                       s.putEgress,
+		"GET /v1/sandboxes/{id}/bandwidth":                    s.getBandwidth,
+		"POST /v1/sandboxes/{id}/bandwidth/recharge":          s.rechargeBandwidth,
 	} {
 		mux.Handle(pattern, s.endpoint(h))
 	}

@@ -112,6 +112,18 @@ func TestEgressAnyReachesTheHost(t *testing.T) {
 	if after.Network.BytesOut == 0 || after.Network.BytesIn < int64(len("hello from the host")) {
 		t.Errorf("counters %+v", after.Network)
 	}
+	var bw bandwidthView
+	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/bandwidth", nil, &bw)
+	if bw.ID != sb.ID || bw.QuotaBytes != -1 || bw.UsedBytes < after.Network.BytesOut || bw.IngressBytes < after.Network.BytesIn || bw.Capped {
+		t.Errorf("bandwidth %+v after %+v", bw, after.Network)
+	}
+	if status := ts.call("POST", "/sandboxes/"+sb.ID+"/bandwidth/recharge", map[string]any{"add_bytes": 0}, nil); status != http.StatusBadRequest {
+		t.Errorf("recharge of 0 bytes: %d", status)
+	}
+	ts.mustCall("POST", "/sandboxes/"+sb.ID+"/bandwidth/recharge", map[string]any{"add_bytes": 1 << 20}, &bw)
+	if bw.QuotaBytes != -1 {
+		t.Errorf("recharge: %+v", bw)
+	}
 }
 
 func TestEgressAllowsTheRulePortOnly(t *testing.T) {
