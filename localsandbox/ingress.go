@@ -139,7 +139,6 @@ func (n *leaseNet) proxy(port int) http.Handler {
 		},
 		Transport:     n.transport(),
 		FlushInterval: -1, // event streams and the like pass at once
-		ErrorLog:      nil,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")
 		},
