@@ -338,7 +338,9 @@ func inNetns(ns *os.File, fn func() error) error {
 
 // onThread runs fn on a locked OS thread and moves the thread back to its
 // network namespace afterwards. A thread that cannot go back is never
-// used again: its goroutine ends locked, and the runtime ends the thread.
+// used again: its goroutine ends locked, and the runtime ends the thread
+// (a lease init started on it then gets its parent-death signal, which is
+// tied to the forking thread: the lease ends rather than run unwatched).
 func onThread(fn func(orig *os.File) (*os.File, error)) (*os.File, error) {
 	type result struct {
 		f   *os.File
