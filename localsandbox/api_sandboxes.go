@@ -1,6 +1,7 @@
 package localsandbox
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -35,13 +36,18 @@ func (s *Server) routes() http.Handler {
 		"POST /v1/sandboxes/{id}/processes/{pid}/signal":      s.signal,
 		"GET /v1/sandboxes/{id}/processes/{pid}/connect":      s.connect,
 		"GET /v1/sandboxes/{id}/processes/{pid}/wait":         s.wait,
+		"PATCH /v1/sandboxes/{id}":                            s.patchSandbox,
+		"GET /v1/sandboxes/{id}/egress":                       s.getEgress,
+		"PUT /v1/sandboxes/{id}/egress":                       s.putEgress,
+		"GET /v1/sandboxes/{id}/bandwidth":                    s.getBandwidth,
+		"POST /v1/sandboxes/{id}/bandwidth/recharge":          s.rechargeBandwidth,
 	} {
 		mux.Handle(pattern, s.endpoint(h))
 	}
 	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
-	return s.withRecover(s.withAuth(s.withOpen(mux)))
+	return s.withRecover(s.withIngress(s.withAuth(s.withOpen(mux))))
 }
 
 func (s *Server) getShapes(w http.ResponseWriter, r *http.Request) error {
@@ -61,6 +67,11 @@ type sandboxView struct {
 	AutoPause int         `json:"auto_pause_after_seconds,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
 	Limits    *limitsView `json:"limits,omitempty"`
+	// The egress in force (["*"] all, [] none), ingress, and [ext] network.
+	Egress             *[]string    `json:"egress,omitempty"`
+	IngressEnabled     bool         `json:"ingress_enabled"`
+	IngressURLTemplate string       `json:"ingress_url_template,omitempty"`
+	Network            *networkView `json:"network,omitempty"`
 }
 
 // limitsView says which limits apply to a lease's processes, which of them
@@ -81,7 +92,7 @@ type limitsView struct {
 }
 
 func (s *Server) view(l *lease) sandboxView {
-	return sandboxView{
+	v := sandboxView{
 		ID:        l.id,
 		Status:    l.status(),
 		Labels:    l.labels,
@@ -93,6 +104,8 @@ func (s *Server) view(l *lease) sandboxView {
 		CreatedAt: l.created.UTC(),
 		Limits:    s.limitsView(l),
 	}
+	s.addNetworkView(l, &v)
+	return v
 }
 
 // limitsView reports, honestly, what is enforced for l.
@@ -164,6 +177,7 @@ type createSandboxRequest struct {
 	DiskMiB        int               `json:"disk_mib,omitempty"`
 	AutoPause      int               `json:"auto_pause_after_seconds,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
+	Egress         []string          `json:"egress,omitempty"`
 }
 
 // Label limits.
@@ -206,8 +220,9 @@ func (s *Server) validateRequest(req *createSandboxRequest) (leaseSpec, error) {
 		}
 		spec.autoPause = time.Duration(req.AutoPause) * s.opts.autoPauseUnit
 	}
-	if req.IngressEnabled {
-		return leaseSpec{}, badRequest("ingress is not supported by the local server")
+	var err error
+	if spec.net, err = s.netSpec(context.Background(), req.Egress, req.IngressEnabled); err != nil {
+		return leaseSpec{}, err
 	}
 	if len(req.Rootfs) > 200 || len(req.Region) > 200 {
 		return leaseSpec{}, badRequest("rootfs and region must be at most 200 bytes")

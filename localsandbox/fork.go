@@ -51,7 +51,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := src.beginFork(); err != nil {
 		return err
 	}
-	l, err := s.reserveFork(leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax})
+	l, err := s.reserveFork(leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, net: src.netSpec})
 	if err != nil {
 		src.endFork()
 		return err

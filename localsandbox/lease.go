@@ -51,6 +51,8 @@ type lease struct {
 	cgroup    leaseCgroup   // nil when the server enforces no limits
 	disk      *leaseDisk    // nil when the server does not bound disks
 	diskMax   int64         // the lease's disk_mib in bytes
+	net       *leaseNet     // the network namespace the server made (network.go), or nil
+	netSpec   netSpec       // the egress and ingress it was created with
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -78,6 +80,7 @@ type leaseSpec struct {
 	disk   int64  // bytes of the lease's disk
 	// autoPause pauses the lease once idle that long (0: never).
 	autoPause time.Duration
+	net       netSpec
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
@@ -105,6 +108,7 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		rootfs:    spec.rootfs,
 		diskMax:   spec.disk,
 		autoPause: spec.autoPause,
+		netSpec:   spec.net,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),
@@ -159,11 +163,17 @@ func (s *Server) startLease(l *lease) error {
 		cg, err = s.limiter.create(l.id, limits{
 			memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
 	}
+	var net *leaseNet
+	if err == nil {
+		net, err = s.newLeaseNet(l, l.netSpec)
+		l.net = net // startMachine starts the init in it
+	}
 	var m *machine
 	if err == nil {
 		m, err = s.startMachine(l, cg)
 	}
 	if err != nil {
+		net.close()
 		if cg != nil {
 			cg.delete()
 		}
@@ -435,6 +445,7 @@ func (l *lease) destroy() error {
 			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
 		}
 	}
+	l.net.close()
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup
 	failed := make(chan string, len(procs))

@@ -122,7 +122,7 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 		},
 	}
-	if err := m.cmd.Start(); err != nil {
+	if err := l.net.start(m.cmd); err != nil {
 		childEnd.Close()
 		unix.Close(m.ctl)
 		return nil, fmt.Errorf("starting the lease init: %w", err)

@@ -120,6 +120,22 @@ type Options struct {
 	// autoPauseUnit is what one auto_pause_after_seconds is (tests make it
 	// short). Default a second.
 	autoPauseUnit time.Duration
+	// Network of the leases (network.go, egress.go, ingress.go).
+	//
+	// Egress caps the leases' outward network: EgressOff (default: loopback
+	// only), EgressAllowlist or EgressAny. Other than off it needs root and
+	// slirp4netns (Slirp4netns, default: found in PATH).
+	Egress      EgressPolicy
+	Slirp4netns string
+	// EgressHostLoopback lets leases with egress reach the host's
+	// 127.0.0.1 at 10.0.2.2 (this server's API too): for tests only.
+	EgressHostLoopback bool
+	// IngressDomain is the domain of preview URLs,
+	// <port>-<id>.<IngressDomain>. Default "localhost".
+	IngressDomain string
+	// IngressPublic serves preview URLs (which carry no key) on listeners
+	// off loopback too.
+	IngressPublic bool
 }
 
 // Defaults of Options.
@@ -272,6 +288,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.autoPauseUnit <= 0 {
 		o.autoPauseUnit = time.Second
+	}
+	if err := o.networkDefaults(); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -454,6 +454,9 @@ func loopbackUp() error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("loopback: %w", err)
 	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		return nil // the server brought it up (network.go)
+	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("loopback: %w", err)

@@ -48,6 +48,8 @@ type Server struct {
 	idemOrder   []string
 	servers     map[*http.Server]struct{}
 	shutdown    bool
+
+	preview previewPort // the port preview URLs name (ingress.go)
 }
 
 // Files and directories under Options.Root.
@@ -327,6 +329,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.servers[srv] = struct{}{}
 	s.mu.Unlock()
+	s.notePreviewAddr(l.Addr())
 	s.log.Info("serving", "addr", l.Addr().String(), "root", s.opts.Root, "isolation", s.isolation,
 		"max_connections", s.opts.MaxConnections, "max_connections_per_address", s.opts.MaxConnectionsPerAddress)
 	return srv.Serve(lim)

@@ -47,6 +47,7 @@ type config struct {
 	maxConns, maxConnsPerAddress int
 	bodyReadTimeout              time.Duration
 	machine                      machineFlags
+	network                      networkFlags
 }
 
 // machineFlags configure the leases' machines (a block of its own).
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxConnsPerAddress, "max-connections-per-address", 0, "connections held from one client IP address (default half of --max-connections)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", localsandbox.DefaultBodyReadTimeout, "how long a request body may take to arrive")
 	c.machine.register(fs)
+	c.network.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -140,6 +142,7 @@ func run(args []string, stderr io.Writer) error {
 		BodyReadTimeout:          c.bodyReadTimeout,
 	}
 	c.machine.apply(&opts)
+	c.network.apply(&opts)
 	srv, err := localsandbox.New(opts)
 	if err != nil {
 		ln.Close()

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox"
+)
+
+// networkFlags configure the leases' network (localsandbox/network.go).
+//
+//	sandboxd --egress allowlist      # leases reach what their egress rules name
+//	sandboxd --egress any            # leases reach anything (rules still apply)
+//	sandboxd --ingress-public        # preview URLs on a non-loopback --listen too
+type networkFlags struct {
+	egress        string
+	ingressPublic bool
+	ingressDomain string
+}
+
+func (n *networkFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.egress, "egress", "off", "the leases' outward network: off (loopback only), allowlist (only explicit egress rules) or any; other than off needs root and slirp4netns")
+	fs.BoolVar(&n.ingressPublic, "ingress-public", false, "serve preview URLs, which carry no API key, on a non-loopback listener too")
+	fs.StringVar(&n.ingressDomain, "ingress-domain", "localhost", "domain of preview URLs: http://<port>-<sandbox id>.DOMAIN:<listen port>")
+}
+
+func (n *networkFlags) apply(o *localsandbox.Options) {
+	o.Egress = localsandbox.EgressPolicy(n.egress)
+	o.IngressPublic = n.ingressPublic
+	o.IngressDomain = n.ingressDomain
+}

@@ -1,0 +1,332 @@
+package localsandbox
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Egress: which outward connections a lease may open.
+//
+//	PUT /v1/sandboxes/{id}/egress {"egress": ["pypi.org:443", "10.0.0.0/8", "github.com"]}
+//	GET /v1/sandboxes/{id}/egress → {"id": "sb-…", "egress": [...in force...]}
+//
+// A rule is "*" (everything), "host:port", a bare "host" (every port), an
+// IP literal with or without a port ("[::1]:443" for IPv6 with a port), or
+// a CIDR with or without a port ("10.0.0.0/8", "10.0.0.0/8:443"). Host
+// names are resolved when the rules are set (at create or PUT), not when a
+// connection is made: a rule follows its name only when it is set again.
+// A port rule admits TCP and UDP.
+//
+// The rules are enforced by the kernel: an nftables table in the lease's
+// network namespace (table inet sandboxd, chain egress on the output hook)
+// accepts loopback, the replies of established connections, DNS to the
+// user-mode network's resolver (when any rule is in force) and the
+// destinations of the rules; everything else is rejected at once (a TCP
+// reset, ICMP administratively prohibited), so a refused connect fails
+// fast rather than timing out. A new rule set replaces the table in one
+// netlink transaction: it applies to the next connection, while
+// established ones keep their state. The namespace is owned by the host's
+// user namespace (network.go), so the lease's root has no CAP_NET_ADMIN
+// over it and cannot change the table.
+//
+// The operator's policy (Options.Egress, sandboxd --egress) caps what a
+// lease gets:
+//
+//	off        no outward path at all: loopback only (the default)
+//	allowlist  only explicit rules: "*" and the empty list (which the
+//	           CreateOS API reads as "allow all") give nothing
+//	any        whatever the lease asks; empty or ["*"] = everything
+//
+// Views report the egress in force, which is explicit: ["*"] is
+// everything, [] nothing (never the API's "empty means all").
+
+// EgressPolicy is the operator's cap on the leases' outward network.
+type EgressPolicy string
+
+const (
+	// EgressOff gives leases no outward network (loopback only).
+	EgressOff EgressPolicy = "off"
+	// EgressAllowlist gives leases the destinations their rules name, and
+	// never "*".
+	EgressAllowlist EgressPolicy = "allowlist"
+	// EgressAny gives leases what they ask for, "*" included.
+	EgressAny EgressPolicy = "any"
+)
+
+// Egress rule limits.
+const (
+	maxEgressRules     = 256
+	maxEgressRuleBytes = 300
+	resolveTimeout     = 5 * time.Second
+	egressAll          = "*"
+)
+
+// egressRule is one parsed rule: a set of destination prefixes and a port
+// (0 = every port).
+type egressRule struct {
+	text     string
+	host     string // a name to resolve, or ""
+	prefixes []netip.Prefix
+	port     uint16
+}
+
+// parseEgressRule parses one rule (not "*").
+func parseEgressRule(text string) (egressRule, error) {
+	r := egressRule{text: text}
+	bad := func(why string) (egressRule, error) {
+		return egressRule{}, badRequest("egress rule %q: %s", text, why)
+	}
+	if text == "" || len(text) > maxEgressRuleBytes {
+		return bad(fmt.Sprintf("must be 1 to %d bytes", maxEgressRuleBytes))
+	}
+	hostPart, portPart := text, ""
+	if slash := strings.IndexByte(text, '/'); slash >= 0 {
+		if c := strings.IndexByte(text[slash:], ':'); c >= 0 {
+			hostPart, portPart = text[:slash+c], text[slash+c+1:]
+		}
+		p, err := netip.ParsePrefix(hostPart)
+		if err != nil {
+			return bad("not a CIDR")
+		}
+		r.prefixes = []netip.Prefix{p.Masked()}
+	} else {
+		if h, p, err := net.SplitHostPort(text); err == nil {
+			hostPart, portPart = h, p
+		} else if strings.Count(text, ":") == 1 {
+			return bad("port missing or malformed")
+		}
+		hostPart = strings.TrimSuffix(strings.TrimPrefix(hostPart, "["), "]")
+		if ip, err := netip.ParseAddr(hostPart); err == nil {
+			if ip.Zone() != "" {
+				return bad("zones are not allowed")
+			}
+			r.prefixes = []netip.Prefix{netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())}
+		} else if validHostName(hostPart) {
+			r.host = strings.ToLower(hostPart)
+		} else {
+			return bad("not a host name, an IP address or a CIDR")
+		}
+	}
+	if portPart != "" || strings.HasSuffix(text, ":") {
+		port, err := strconv.ParseUint(portPart, 10, 16)
+		if err != nil || port == 0 {
+			return bad("the port must be 1 to 65535")
+		}
+		r.port = uint16(port)
+	}
+	return r, nil
+}
+
+// validHostName reports whether h is a DNS name (letters, digits, '-' and
+// '_', dot-separated labels of at most 63 bytes).
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// egressSet is a lease's egress in force: every destination ("*"), or the
+// rules, resolved. The zero value is nothing.
+type egressSet struct {
+	all   bool
+	rules []egressRule
+}
+
+// list is the egress in force as the API reports it.
+func (e egressSet) list() []string {
+	if e.all {
+		return []string{egressAll}
+	}
+	out := make([]string, 0, len(e.rules))
+	for _, r := range e.rules {
+		out = append(out, r.text)
+	}
+	return out
+}
+
+// none reports whether nothing may go out.
+func (e egressSet) none() bool { return !e.all && len(e.rules) == 0 }
+
+// egressResolver resolves the host names of rules; tests replace it.
+var egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// compileEgress parses the rules a client asked for, caps them with the
+// operator's policy and resolves the host names of what remains. Bad rules
+// are a 400 whatever the policy.
+func compileEgress(ctx context.Context, policy EgressPolicy, requested []string) (egressSet, error) {
+	if len(requested) > maxEgressRules {
+		return egressSet{}, badRequest("at most %d egress rules", maxEgressRules)
+	}
+	var (
+		set  egressSet
+		seen = map[string]bool{}
+	)
+	wantAll := len(requested) == 0
+	for _, text := range requested {
+		if text == egressAll {
+			wantAll = true
+			continue
+		}
+		r, err := parseEgressRule(text)
+		if err != nil {
+			return egressSet{}, err
+		}
+		if !seen[text] {
+			seen[text] = true
+			set.rules = append(set.rules, r)
+		}
+	}
+	switch policy {
+	case EgressAny:
+		if wantAll {
+			return egressSet{all: true}, nil
+		}
+	case EgressAllowlist:
+	default:
+		return egressSet{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	for i := range set.rules {
+		r := &set.rules[i]
+		if r.host == "" {
+			continue
+		}
+		addrs, err := egressResolver(ctx, r.host)
+		if err != nil || len(addrs) == 0 {
+			return egressSet{}, badRequest("egress rule %q: %s does not resolve", r.text, r.host)
+		}
+		for _, a := range addrs {
+			a = a.Unmap()
+			r.prefixes = append(r.prefixes, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	return set, nil
+}
+
+// The nftables objects of a lease's egress.
+const (
+	egressTable = "sandboxd"
+	egressChain = "egress"
+)
+
+// slirpDNS is the user-mode network's resolver (slirp4netns's default
+// network 10.0.2.0/24).
+var slirpDNS = netip.MustParseAddr("10.0.2.3")
+
+// applyEgress replaces the egress table of the network namespace netns
+// with set, in one transaction.
+func applyEgress(netns int, set egressSet) error {
+	c, err := nftables.New(nftables.WithNetNSFd(netns))
+	if err != nil {
+		return fmt.Errorf("egress rules: %w", err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: egressTable}
+	// Add then delete: the delete cannot fail on a missing table, and the
+	// new table replaces the old one atomically.
+	c.AddTable(table)
+	c.DelTable(table)
+	c.AddTable(table)
+	drop := nftables.ChainPolicyDrop
+	chain := c.AddChain(&nftables.Chain{
+		Name: egressChain, Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
+	})
+	add := func(exprs ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs})
+	}
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	// Loopback, and the replies of what was allowed.
+	add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, accept)
+	add(&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED),
+			Xor:  make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)}, accept)
+	switch {
+	case set.all:
+		add(accept)
+	case !set.none():
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			add(append(matchDest(netip.PrefixFrom(slirpDNS, 32), proto, 53), accept)...)
+		}
+		for _, r := range set.rules {
+			for _, p := range r.prefixes {
+				if r.port == 0 {
+					add(append(matchDest(p, 0, 0), accept)...)
+					continue
+				}
+				for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+					add(append(matchDest(p, proto, r.port), accept)...)
+				}
+			}
+		}
+	}
+	// The rest is refused at once, not dropped: a connect fails fast.
+	add(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
+	add(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress rules: %w", err)
+	}
+	return nil
+}
+
+// matchDest matches packets to prefix p and, with proto, to port.
+func matchDest(p netip.Prefix, proto byte, port uint16) []expr.Any {
+	family, offset := byte(unix.NFPROTO_IPV4), uint32(16)
+	if p.Addr().Is6() {
+		family, offset = unix.NFPROTO_IPV6, 24
+	}
+	size := uint32(p.Addr().BitLen() / 8)
+	mask := net.CIDRMask(p.Bits(), p.Addr().BitLen())
+	out := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{family}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: size, Mask: mask, Xor: make([]byte, size)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+	}
+	if proto != 0 {
+		out = append(out,
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		)
+	}
+	return out
+}
+
+// ifname is an interface name as nftables compares it.
+func ifname(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}

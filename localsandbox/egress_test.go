@@ -1,0 +1,391 @@
+package localsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// needNetwork skips a test that needs a root server with slirp4netns,
+// unless under CI, where their absence is a failure (.ci/run installs
+// slirp4netns).
+func needNetwork(t *testing.T) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "lease networks need a server running as root"
+	} else if _, err := exec.LookPath("slirp4netns"); err != nil {
+		why = "slirp4netns is not installed (apt-get install slirp4netns)"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// hostServer serves body on the host's 127.0.0.1 and returns its port,
+// which a lease reaches as 10.0.2.2:<port> with EgressHostLoopback.
+func hostServer(t *testing.T, body string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, body)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// fetchScript prints the body of http://host:port/ fetched inside the
+// lease, or "ERR <exception>".
+func fetchScript(host string, port int) string {
+	return fmt.Sprintf(`python3 -c '
+import urllib.request, sys
+try:
+    print(urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode())
+except Exception as e:
+    print("ERR", type(e).__name__, e)
+'`, host, port)
+}
+
+type networkData struct {
+	ID      string   `json:"id"`
+	Egress  []string `json:"egress"`
+	Network struct {
+		EgressPolicy string `json:"egress_policy"`
+		Path         string `json:"path"`
+		BytesOut     int64  `json:"bytes_out"`
+		BytesIn      int64  `json:"bytes_in"`
+	} `json:"network"`
+	IngressEnabled     bool   `json:"ingress_enabled"`
+	IngressURLTemplate string `json:"ingress_url_template"`
+}
+
+// createWith creates a sandbox with the given extra fields.
+func (ts *testServer) createWith(fields map[string]any) networkData {
+	ts.t.Helper()
+	body := map[string]any{"shape": "s-1vcpu-1gb"}
+	for k, v := range fields {
+		body[k] = v
+	}
+	var sb networkData
+	ts.mustCall("POST", "/sandboxes", body, &sb)
+	return sb
+}
+
+func (ts *testServer) fetch(lease, host string, port int) string {
+	ts.t.Helper()
+	return strings.TrimSpace(ts.exec(lease, fetchScript(host, port)).Stdout)
+}
+
+func TestEgressAnyReachesTheHost(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAny, EgressHostLoopback: true})
+	port := hostServer(t, "hello from the host")
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	if !slices.Equal(sb.Egress, []string{"*"}) || sb.Network.Path != "slirp4netns" || sb.Network.EgressPolicy != "any" {
+		t.Fatalf("view %+v", sb)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", port); got != "hello from the host" {
+		t.Fatalf("fetch: %q", got)
+	}
+	if got := ts.exec(sb.ID, "cat /etc/resolv.conf").Stdout; got != resolvConf {
+		t.Errorf("resolv.conf: %q", got)
+	}
+	var after networkData
+	ts.mustCall("GET", "/sandboxes/"+sb.ID, nil, &after)
+	if after.Network.BytesOut == 0 || after.Network.BytesIn < int64(len("hello from the host")) {
+		t.Errorf("counters %+v", after.Network)
+	}
+	var bw bandwidthView
+	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/bandwidth", nil, &bw)
+	if bw.ID != sb.ID || bw.QuotaBytes != -1 || bw.UsedBytes < after.Network.BytesOut || bw.IngressBytes < after.Network.BytesIn || bw.Capped {
+		t.Errorf("bandwidth %+v after %+v", bw, after.Network)
+	}
+	if status := ts.call("POST", "/sandboxes/"+sb.ID+"/bandwidth/recharge", map[string]any{"add_bytes": 0}, nil); status != http.StatusBadRequest {
+		t.Errorf("recharge of 0 bytes: %d", status)
+	}
+	ts.mustCall("POST", "/sandboxes/"+sb.ID+"/bandwidth/recharge", map[string]any{"add_bytes": 1 << 20}, &bw)
+	if bw.QuotaBytes != -1 {
+		t.Errorf("recharge: %+v", bw)
+	}
+}
+
+func TestEgressAllowsTheRulePortOnly(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	allowed, other := hostServer(t, "allowed"), hostServer(t, "other")
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("10.0.2.2:%d", allowed)}})
+	if !slices.Equal(sb.Egress, []string{fmt.Sprintf("10.0.2.2:%d", allowed)}) {
+		t.Fatalf("egress in force %q", sb.Egress)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", allowed); got != "allowed" {
+		t.Errorf("allowed port: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", other); !strings.Contains(got, "ERR") || !strings.Contains(got, "refused") {
+		t.Errorf("other port of the same host: %q, want a refused connection", got)
+	}
+}
+
+func TestEgressChangeAppliesToTheNextConnection(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAny, EgressHostLoopback: true})
+	first, second := hostServer(t, "first"), hostServer(t, "second")
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("10.0.2.2:%d", first)}})
+	if got := ts.fetch(sb.ID, "10.0.2.2", second); !strings.Contains(got, "ERR") {
+		t.Fatalf("second before the change: %q", got)
+	}
+	rule := fmt.Sprintf("10.0.2.2:%d", second)
+	var ev egressView
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{rule}}, &ev)
+	if ev.ID != sb.ID || !slices.Equal(ev.Egress, []string{rule}) {
+		t.Fatalf("PUT egress: %+v", ev)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", second); got != "second" {
+		t.Errorf("second after the change: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", first); !strings.Contains(got, "ERR") {
+		t.Errorf("first after the change: %q", got)
+	}
+	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/egress", nil, &ev)
+	if !slices.Equal(ev.Egress, []string{rule}) {
+		t.Errorf("GET egress: %+v", ev)
+	}
+	// null asks for everything, which the policy "any" grants.
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", `{"egress": null}`, &ev)
+	if !slices.Equal(ev.Egress, []string{"*"}) {
+		t.Errorf("PUT null: %+v", ev)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", first); got != "first" {
+		t.Errorf("first with *: %q", got)
+	}
+}
+
+func TestEgressOffHasNoPath(t *testing.T) {
+	ts := startServer(t, Options{Isolation: IsolationNamespaces})
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	if sb.Egress == nil || len(sb.Egress) != 0 || sb.Network.EgressPolicy != "off" || sb.Network.Path != "none" {
+		t.Fatalf("view %+v", sb)
+	}
+	out := ts.exec(sb.ID, `ip -o link | awk -F': ' '{print $2}' | sort | tr '\n' ' '; `+fetchScript("10.0.2.2", 80))
+	if !strings.HasPrefix(out.Stdout, "lo \n") && !strings.HasPrefix(out.Stdout, "lo ") {
+		t.Errorf("interfaces: %q", out.Stdout)
+	}
+	if !strings.Contains(out.Stdout, "ERR") || !strings.Contains(out.Stdout, "unreachable") {
+		t.Errorf("fetch with egress off: %q", out.Stdout)
+	}
+}
+
+func TestEgressAllowlistPolicyRefusesAll(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	port := hostServer(t, "hello")
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	if len(sb.Egress) != 0 || sb.Network.Path != "slirp4netns" {
+		t.Fatalf("view %+v", sb)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
+		t.Errorf("fetch: %q", got)
+	}
+}
+
+func TestEgressHostLoopbackIsClosedByDefault(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAny})
+	port := hostServer(t, "hello")
+	sb := ts.createWith(nil)
+	if !slices.Equal(sb.Egress, []string{"*"}) {
+		t.Fatalf("egress %q", sb.Egress)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
+		t.Errorf("the host's loopback is reachable: %q", got)
+	}
+}
+
+func TestLeaseCannotChangeItsNetwork(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist})
+	sb := ts.createWith(map[string]any{"egress": []string{"192.0.2.1:443"}})
+	out := ts.exec(sb.ID, `ip link set lo up; echo "rc=$?"; ip link set tap0 down; echo "rc=$?"`)
+	if strings.Contains(out.Stdout, "rc=0") {
+		t.Errorf("the lease changed its network: %q %q", out.Stdout, out.Stderr)
+	}
+}
+
+func TestEgressBadRulesAreRefusedBeforeCreate(t *testing.T) {
+	ts := startServer(t, Options{})
+	for _, rule := range []string{"", "host:", "host:0", "host:65536", "10.0.0.0/33", "a b", "fe80::1%eth0", strings.Repeat("a", 400)} {
+		if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "egress": []string{rule}}, nil); status != http.StatusBadRequest {
+			t.Errorf("rule %q: %d, want 400", rule, status)
+		}
+	}
+	if st, _ := ts.srv.Stats(); st.Leases != 0 {
+		t.Errorf("%d leases after bad creates", st.Leases)
+	}
+}
+
+func TestParseEgressRule(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		host   string
+		prefix string
+		port   uint16
+	}{
+		{"api.openai.com:443", "api.openai.com", "", 443},
+		{"API.Anthropic.com", "api.anthropic.com", "", 0},
+		{"10.1.2.3:80", "", "10.1.2.3/32", 80},
+		{"10.1.2.3", "", "10.1.2.3/32", 0},
+		{"10.0.0.0/8", "", "10.0.0.0/8", 0},
+		{"10.9.9.9/8:53", "", "10.0.0.0/8", 53},
+		{"[2001:db8::1]:443", "", "2001:db8::1/128", 443},
+		{"2001:db8::/32", "", "2001:db8::/32", 0},
+	} {
+		r, err := parseEgressRule(c.in)
+		if err != nil {
+			t.Errorf("%q: %v", c.in, err)
+			continue
+		}
+		prefix := ""
+		if len(r.prefixes) == 1 {
+			prefix = r.prefixes[0].String()
+		}
+		if r.host != c.host || prefix != c.prefix || r.port != c.port {
+			t.Errorf("%q: host %q prefix %q port %d", c.in, r.host, prefix, r.port)
+		}
+	}
+}
+
+func TestCompileEgressCapsAndResolves(t *testing.T) {
+	orig := egressResolver
+	t.Cleanup(func() { egressResolver = orig })
+	egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "pypi.example" {
+			return []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("2001:db8::7")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		policy    EgressPolicy
+		requested []string
+		want      []string
+	}{
+		{EgressOff, []string{"*"}, []string{}},
+		{EgressOff, []string{"pypi.example:443"}, []string{}},
+		{EgressAllowlist, nil, []string{}},
+		{EgressAllowlist, []string{"*", "pypi.example:443"}, []string{"pypi.example:443"}},
+		{EgressAny, nil, []string{"*"}},
+		{EgressAny, []string{"pypi.example:443", "*"}, []string{"*"}},
+		{EgressAny, []string{"pypi.example:443", "pypi.example:443"}, []string{"pypi.example:443"}},
+	} {
+		set, err := compileEgress(ctx, c.policy, c.requested)
+		if err != nil || !slices.Equal(set.list(), c.want) {
+			t.Errorf("%s %q: %q, %v; want %q", c.policy, c.requested, set.list(), err, c.want)
+		}
+	}
+	set, err := compileEgress(ctx, EgressAllowlist, []string{"pypi.example:443"})
+	if err != nil || len(set.rules) != 1 || len(set.rules[0].prefixes) != 2 {
+		t.Fatalf("resolved %+v, %v", set, err)
+	}
+	if _, err := compileEgress(ctx, EgressAllowlist, []string{"nowhere.example:443"}); err == nil {
+		t.Error("an unresolvable host was accepted")
+	}
+}
+
+func TestEgressPolicyIsChecked(t *testing.T) {
+	_, err := New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: "some"})
+	if err == nil || !strings.Contains(err.Error(), "unknown egress policy") {
+		t.Errorf("unknown policy: %v", err)
+	}
+	_, err = New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: EgressAny, Slirp4netns: "", IngressDomain: "bad domain"})
+	if err == nil || !strings.Contains(err.Error(), "ingress domain") {
+		t.Errorf("bad ingress domain: %v", err)
+	}
+}
+
+func TestEgressHostAndCIDRRules(t *testing.T) {
+	needNetwork(t)
+	orig := egressResolver
+	t.Cleanup(func() { egressResolver = orig })
+	egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "gateway.test" {
+			return []netip.Addr{netip.MustParseAddr("10.0.2.2")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	named, cidr, other := hostServer(t, "named"), hostServer(t, "cidr"), hostServer(t, "other")
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("gateway.test:%d", named), fmt.Sprintf("10.0.2.0/24:%d", cidr)}})
+	if got := ts.fetch(sb.ID, "10.0.2.2", named); got != "named" {
+		t.Errorf("the resolved host's port: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", cidr); got != "cidr" {
+		t.Errorf("the CIDR's port: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", other); !strings.Contains(got, "ERR") {
+		t.Errorf("a port no rule names: %q", got)
+	}
+}
+
+// An established connection keeps going when its rule goes; a new one
+// follows the new rules.
+func TestEgressChangeSparesEstablishedConnections(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a line echo server
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sb := ts.createWith(map[string]any{"egress": []string{fmt.Sprintf("10.0.2.2:%d", port)}})
+	pid := ts.startProcess(sb.ID, fmt.Sprintf(`exec python3 -c '
+import os, socket, time
+s = socket.create_connection(("10.0.2.2", %d), timeout=10)
+s.sendall(b"before\n"); print(s.recv(100).decode().strip(), flush=True)
+while not os.path.exists("/workspace/gate"):
+    time.sleep(0.005)
+s.sendall(b"after\n"); print(s.recv(100).decode().strip(), flush=True)
+try:
+    socket.create_connection(("10.0.2.2", %d), timeout=10); print("new: connected")
+except Exception as e:
+    print("new:", type(e).__name__)
+'`, port, port))
+	st := ts.connect(sb.ID, pid, 0)
+	if ev, ok := st.next(false); !ok || ev.Type != "data" {
+		t.Fatalf("first frame %+v", ev)
+	}
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{"10.0.2.2:1"}}, nil)
+	ts.openGate(sb.ID)
+	out := st.drain(1)
+	if got := out.stdout.String(); got != "after\nnew: ConnectionRefusedError\n" {
+		t.Errorf("after the change: %q (stderr %q)", got, out.stderr.String())
+	}
+}

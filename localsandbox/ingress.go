@@ -1,0 +1,173 @@
+package localsandbox
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Ingress: preview URLs for servers inside a sandbox.
+//
+//	POST /v1/sandboxes {"shape": "s-1vcpu-1gb", "ingress_enabled": true}
+//	  → "ingress_url_template": "http://<port>-sb-0123abcd.localhost:7575"
+//	(in the lease) python3 -m http.server 8000 &
+//	curl http://8000-sb-0123abcd.localhost:7575/    # browsers resolve *.localhost to 127.0.0.1
+//
+// A request to the server whose Host is <port>-<sandbox id>.<IngressDomain>
+// (default "localhost", any port) is not an API request: the server
+// proxies it, WebSocket upgrades included, to 127.0.0.1:<port> inside the
+// lease's network namespace (a server listening on 0.0.0.0 or 127.0.0.1
+// there is reached). The Host header is passed on as it came; X-Api-Key is
+// never passed on.
+//
+// A preview URL carries no key: whoever can reach the server's listener
+// can use it. Preview URLs are therefore served only on connections to a
+// loopback address of the server, unless the operator sets
+// Options.IngressPublic (sandboxd --ingress-public). A sandbox without
+// ingress_enabled answers 403; an unknown or destroyed sandbox 404; a
+// paused (or pausing, resuming, failed) one 409; a port nobody listens on
+// 502, at once (the connection is refused).
+
+// previewPort is the port of the first TCP listener the server serves on,
+// which the ingress URL template names (0: unknown, no template).
+type previewPort struct{ port atomic.Int64 }
+
+// notePreviewAddr records the port of a listener Serve was given.
+func (s *Server) notePreviewAddr(addr net.Addr) {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		s.preview.port.CompareAndSwap(0, int64(a.Port))
+	}
+}
+
+// ingressTemplate is the sandbox's ingress_url_template, "" when the server
+// does not know its port.
+func (s *Server) ingressTemplate(id string) string {
+	port := s.preview.port.Load()
+	if port == 0 {
+		return ""
+	}
+	return "http://<port>-" + id + "." + s.opts.IngressDomain + ":" + strconv.FormatInt(port, 10)
+}
+
+// parsePreviewHost splits a Host of the form <port>-<id>.<domain>[:port].
+func parsePreviewHost(host, domain string) (port int, id string, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, found := strings.CutSuffix(strings.ToLower(host), "."+domain)
+	if !found {
+		return 0, "", false
+	}
+	p, id, found := strings.Cut(label, "-")
+	if !found || len(p) > 5 || !idPattern.MatchString(id) {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != p {
+		return 0, "", false
+	}
+	return port, id, true
+}
+
+// withIngress serves preview URLs and passes every other request on.
+func (s *Server) withIngress(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		port, id, ok := parsePreviewHost(r.Host, s.opts.IngressDomain)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := s.serveIngress(w, r, port, id); err != nil {
+			writeError(w, err.status, err.msg)
+		}
+	})
+}
+
+func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, id string) *apiError {
+	select {
+	case <-s.done:
+		return &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
+	default:
+	}
+	if local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr); !s.opts.IngressPublic && (local == nil || !isLoopback(local)) {
+		return &apiError{http.StatusForbidden, "preview URLs are served on loopback only"}
+	}
+	s.mu.Lock()
+	l := s.leases[id]
+	s.mu.Unlock()
+	if l == nil {
+		return notFound("sandbox")
+	}
+	if l.net == nil {
+		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
+	}
+	l.net.mu.Lock()
+	enabled := l.net.ingress
+	l.net.mu.Unlock()
+	if !enabled {
+		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
+	}
+	switch state := l.status(); state {
+	case stateRunning:
+	case stateDestroyed:
+		return notFound("sandbox")
+	default:
+		return conflict("the sandbox is " + state)
+	}
+	l.net.proxy(port).ServeHTTP(w, r)
+	return nil
+}
+
+// ingressDialTimeout bounds a connect to a port in the lease.
+const ingressDialTimeout = 5 * time.Second
+
+// proxy returns the reverse proxy to 127.0.0.1:port in the lease.
+func (n *leaseNet) proxy(port int) http.Handler {
+	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = target
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del("X-Api-Key")
+			pr.SetXForwarded()
+		},
+		Transport:     n.transport(),
+		FlushInterval: -1, // event streams and the like pass at once
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")
+		},
+	}
+}
+
+// transport is the lease's HTTP transport: its connections are sockets of
+// the lease's network namespace.
+func (n *leaseNet) transport() *http.Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ingressTransport == nil {
+		n.ingressTransport = &http.Transport{
+			DialContext:           n.dial,
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       30 * time.Second,
+			ResponseHeaderTimeout: 0, // a server inside may think as long as it likes
+		}
+	}
+	return n.ingressTransport
+}
+
+// dial connects to addr from inside the lease's network namespace.
+func (n *leaseNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(n.netns, func() error {
+		var err error
+		c, err = (&net.Dialer{Timeout: ingressDialTimeout}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
