@@ -44,8 +44,8 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if l.net != nil {
-		if err := l.net.setEgress(set); err != nil {
+	if n := l.network(); n != nil {
+		if err := n.setEgress(set); err != nil {
 			return err
 		}
 	}
@@ -77,13 +77,14 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("auto-pause is not supported by the local server")
 	}
 	if req.IngressEnabled != nil {
-		if *req.IngressEnabled && l.net == nil {
+		n := l.network()
+		if *req.IngressEnabled && n == nil {
 			return badRequest("ingress needs namespace isolation and a server running as root")
 		}
-		if l.net != nil {
-			l.net.mu.Lock()
-			l.net.ingress = *req.IngressEnabled
-			l.net.mu.Unlock()
+		if n != nil {
+			n.mu.Lock()
+			n.ingress = *req.IngressEnabled
+			n.mu.Unlock()
 		}
 	}
 	return writeData(w, s.view(l))

@@ -34,7 +34,7 @@ func (ts *testServer) python(lease, program string) execResult {
 // /dev/tty and, failing that, into every terminal it can find. Nothing may
 // arrive in the server's terminal, and the command has no terminal at all.
 func TestNoWayToATerminal(t *testing.T) {
-	ptmx, pts := openPTY(t)
+	_, pts := openPTY(t) // the master stays open: closing it hangs the server up
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), childServerEnv+"="+filepath.Join(t.TempDir(), "root"))
 	child.Stdin, child.Stderr = pts, os.Stderr
@@ -53,6 +53,9 @@ func TestNoWayToATerminal(t *testing.T) {
 	}
 	ts := &testServer{t: t, base: "http://" + strings.TrimSpace(addr) + "/v1"}
 	lease := ts.createLease()
+	// Before the child is killed (cleanups run last first): its leases'
+	// disks are mounted in the test's temporary directory.
+	t.Cleanup(func() { ts.call("DELETE", "/sandboxes/"+lease, nil, nil) })
 	r := ts.python(lease, `
 import os, fcntl, termios, glob
 print("tty_nr", open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4])
@@ -81,7 +84,6 @@ for dev in ["/dev/tty", "/dev/console"] + glob.glob("/dev/tty*") + glob.glob("/d
 	if n, _ := syscall.Read(fd, buf); n > 0 {
 		t.Errorf("the server's terminal received %q from inside a lease", buf[:n])
 	}
-	ptmx.Close()
 }
 
 // openPTY opens a pseudo-terminal pair.

@@ -103,12 +103,13 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	if l == nil {
 		return notFound("sandbox")
 	}
-	if l.net == nil {
+	n := l.network()
+	if n == nil {
 		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
 	}
-	l.net.mu.Lock()
-	enabled := l.net.ingress
-	l.net.mu.Unlock()
+	n.mu.Lock()
+	enabled := n.ingress
+	n.mu.Unlock()
 	if !enabled {
 		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
 	}
@@ -119,7 +120,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	default:
 		return conflict("the sandbox is " + state)
 	}
-	l.net.proxy(port).ServeHTTP(w, r)
+	n.proxy(port).ServeHTTP(w, r)
 	return nil
 }
 

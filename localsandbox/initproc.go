@@ -70,6 +70,29 @@ type initMessage struct {
 	Signal      string `json:"signal,omitempty"`
 }
 
+// maxFailureBytes bounds the Failure text of a status message, so that a
+// failure quoting a long command line (or path) still fits in
+// maxStatusLine however JSON escapes it (at most 6 bytes a byte).
+const maxFailureBytes = 512
+
+// encode returns m as one status line, its Failure clipped.
+func (m initMessage) encode() []byte {
+	m.Failure = clip(m.Failure, maxFailureBytes)
+	b, _ := json.Marshal(m)
+	return append(b, '\n')
+}
+
+// decodeStatusLine parses one status line (without its newline). A line
+// longer than maxStatusLine, or one that is not a message, is not ok: the
+// caller treats it as a protocol failure, never as an exit status.
+func decodeStatusLine(line []byte) (initMessage, bool) {
+	var msg initMessage
+	if len(line) > maxStatusLine || json.Unmarshal(line, &msg) != nil {
+		return initMessage{}, false
+	}
+	return msg, true
+}
+
 func init() {
 	if len(os.Args) < 2 || os.Args[0] != initArg0 {
 		return
@@ -101,10 +124,7 @@ func runInit() int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.CloseRange(initConfigFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	status := os.NewFile(initStatusFD, "status")
-	report := func(m initMessage) {
-		b, _ := json.Marshal(m)
-		status.Write(append(b, '\n'))
-	}
+	report := func(m initMessage) { status.Write(m.encode()) }
 	fail := func(err error) int {
 		f := &initFailure{kind: failSetup, err: err}
 		errors.As(err, &f)

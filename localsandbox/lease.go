@@ -166,7 +166,11 @@ func (s *Server) startLease(l *lease) error {
 	var net *leaseNet
 	if err == nil {
 		net, err = s.newLeaseNet(l, l.netSpec)
-		l.net = net // startMachine starts the init in it
+		// Under the lock, as machine below: a fork is viewed while it
+		// starts. startMachine starts the init in this network.
+		l.mu.Lock()
+		l.net = net
+		l.mu.Unlock()
 	}
 	var m *machine
 	if err == nil {

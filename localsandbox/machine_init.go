@@ -222,10 +222,7 @@ func (in *leaseInit) spawn(req *machineRequest, fds []int) {
 		return
 	}
 	status := os.NewFile(uintptr(fds[3]), "status")
-	report := func(m initMessage) {
-		b, _ := json.Marshal(m)
-		status.Write(append(b, '\n'))
-	}
+	report := func(m initMessage) { status.Write(m.encode()) }
 	defer func() {
 		for _, fd := range fds[:3] {
 			unix.Close(fd)

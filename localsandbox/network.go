@@ -411,24 +411,33 @@ type networkView struct {
 	BytesIn  int64 `json:"bytes_in"`
 }
 
+// network returns the lease's network, or nil. A fork is viewed (and its
+// egress set) while it starts, so the field is read under the lease's lock.
+func (l *lease) network() *leaseNet {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.net
+}
+
 // networkView describes l's network; egress is the list in force.
 func (s *Server) networkView(l *lease) (egress []string, ingress bool, v *networkView) {
 	v = &networkView{EgressPolicy: s.opts.Egress, Path: "none"}
+	n := l.network()
 	switch {
 	case l.isolation != IsolationNamespaces:
 		v.Path = "host"
 		return []string{egressAll}, false, v
-	case l.net == nil:
+	case n == nil:
 		return []string{}, false, v
 	}
-	l.net.mu.Lock()
-	egress, ingress = l.net.egress.list(), l.net.ingress
-	slirp := l.net.slirp != nil
-	l.net.mu.Unlock()
+	n.mu.Lock()
+	egress, ingress = n.egress.list(), n.ingress
+	slirp := n.slirp != nil
+	n.mu.Unlock()
 	if slirp {
 		v.Path = "slirp4netns"
-		if l.machine != nil {
-			if c, ok := readNetCounters(l.machine.pid()); ok {
+		if m, _ := l.parts(); m != nil {
+			if c, ok := readNetCounters(m.pid()); ok {
 				v.BytesIn, v.BytesOut = c.rx, c.tx
 			}
 		}

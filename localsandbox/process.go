@@ -352,8 +352,8 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 				break
 			}
 			status = rest
-			var msg initMessage
-			if len(line) > maxStatusLine || json.Unmarshal(line, &msg) != nil {
+			msg, ok := decodeStatusLine(line)
+			if !ok {
 				protocolFailure()
 				break
 			}

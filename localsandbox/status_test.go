@@ -1,11 +1,13 @@
 package localsandbox
 
 import (
+	"bytes"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,4 +58,28 @@ func TestBrokenStatusChannelKillsTheTree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzStatusLine: whatever arrives on a status pipe, the decoder never
+// panics, never accepts more than maxStatusLine, and what the init encodes
+// — whatever its failure text says — always fits and reads back the same.
+func FuzzStatusLine(f *testing.F) {
+	f.Add([]byte(`{"exited":true,"exit_code":7}`), "")
+	f.Add([]byte(`{"started":true}`), "command not found")
+	f.Add([]byte(`{"failure":"`+strings.Repeat("\x01", 600)+`"}`), strings.Repeat("\x00", 4096))
+	f.Add([]byte("not json"), "\xff\xfe")
+	f.Fuzz(func(t *testing.T, line []byte, failure string) {
+		if msg, ok := decodeStatusLine(line); ok && len(line) > maxStatusLine {
+			t.Fatalf("accepted a %d-byte line: %+v", len(line), msg)
+		}
+		sent := initMessage{Failure: failure, FailureKind: failCommand, ExitCode: len(failure)}
+		enc := sent.encode()
+		if len(enc) > maxStatusLine+1 {
+			t.Fatalf("a failure of %d bytes encodes to a %d-byte line", len(failure), len(enc))
+		}
+		got, ok := decodeStatusLine(bytes.TrimSuffix(enc, []byte("\n")))
+		if !ok || got.ExitCode != sent.ExitCode || got.FailureKind != sent.FailureKind || !utf8.ValidString(got.Failure) {
+			t.Fatalf("%q read back as %+v, %v", enc, got, ok)
+		}
+	})
 }
