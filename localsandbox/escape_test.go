@@ -232,3 +232,18 @@ func TestCommandsHoldLeastPrivilege(t *testing.T) {
 		t.Errorf("ordinary root work in the lease: %+v", r)
 	}
 }
+
+// The lease init is pid 1: the kernel delivers it only the signals it
+// handles, and the Go runtime handles all of them. A command that sent it a
+// signal the runtime dies of (SIGSEGV, SIGABRT, …) ended its lease, and
+// with it every process in it. The init drops every such signal.
+func TestSignalsDoNotEndTheLease(t *testing.T) {
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	for _, sig := range []string{"SEGV", "BUS", "FPE", "ILL", "ABRT", "TRAP", "SYS", "PIPE", "XCPU", "XFSZ", "VTALRM", "PROF", "STKFLT", "PWR", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM"} {
+		ts.exec(lease, "kill -"+sig+" 1")
+		if r := ts.exec(lease, "echo alive"); r.Stdout != "alive\n" {
+			t.Fatalf("after kill -%s 1 the lease answers %+v", sig, r)
+		}
+	}
+}

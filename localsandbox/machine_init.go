@@ -85,12 +85,17 @@ func runLeaseInit() int {
 		return 1
 	}
 
-	// Signals from inside the lease reach pid 1 only where it handles them:
-	// handle (and drop) the ones whose default would end the lease. A
-	// handled signal is reset to its default in the commands at exec.
+	// Signals from inside the lease reach pid 1 only where it handles them,
+	// and the Go runtime handles every signal: catch (and drop) each one
+	// whose handling would end the lease, the runtime's crash signals
+	// (SIGSEGV, SIGABRT … sent by kill are not faults) among them. A caught
+	// signal is reset to its default in the commands at exec.
 	drop := make(chan os.Signal, 16)
 	signal.Notify(drop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
+		syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT,
+		syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGXCPU, syscall.SIGXFSZ,
+		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGSTKFLT, syscall.SIGPWR)
 	go func() {
 		for range drop {
 		}
