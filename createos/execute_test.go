@@ -258,11 +258,17 @@ func TestExecuteReconnectsInsideACharacter(t *testing.T) {
 	assert.Zero(t, f.count("deleteProcess"))
 }
 
+// Duplicates are skipped: a frame repeated as it was, and the replay of a
+// reconnect that starts before the cursor.
 func TestExecuteSkipsDuplicateFrames(t *testing.T) {
 	f := newFakeServer(t)
 	f.on("connect", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"), dataFrame(1, "stdout", "a"),
-			dataFrame(2, "stderr", "b"), "", `{"type":"heartbeat"}`, dataFrame(3, "stdout", "c"), exitFrame(0))
+		if n == 1 {
+			streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"))
+			return true
+		}
+		streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"),
+			"", `{"type":"heartbeat"}`, dataFrame(3, "stdout", "c"), exitFrame(0))
 		return true
 	})
 	c := newTestClient(t, f)

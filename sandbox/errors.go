@@ -103,12 +103,17 @@ func (e *OutputEvictedError) Error() string {
 type ProtocolKind string
 
 const (
-	SequenceGap       ProtocolKind = "sequence_gap"
-	InvalidFrame      ProtocolKind = "invalid_frame"
-	BadBase64         ProtocolKind = "bad_base64"
-	MissingExitStatus ProtocolKind = "missing_exit_status"
-	FrameTooLarge     ProtocolKind = "frame_too_large"
-	UnknownEvent      ProtocolKind = "unknown_event"
+	SequenceGap ProtocolKind = "sequence_gap"
+	// SequenceRegression: inside one connection, a data frame's seq did
+	// not grow. The stream is re-read from the cursor; only when that
+	// keeps failing does the error surface (in a
+	// *ConnectionExhaustedError).
+	SequenceRegression ProtocolKind = "sequence_regression"
+	InvalidFrame       ProtocolKind = "invalid_frame"
+	BadBase64          ProtocolKind = "bad_base64"
+	MissingExitStatus  ProtocolKind = "missing_exit_status"
+	FrameTooLarge      ProtocolKind = "frame_too_large"
+	UnknownEvent       ProtocolKind = "unknown_event"
 	// ErrorEvent: the server ended a stream with an error frame.
 	ErrorEvent ProtocolKind = "error_event"
 	// InvalidResponse: a response did not have the contract's shape.
