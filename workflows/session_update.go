@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -72,18 +73,35 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	if err == nil {
 		return out, nil
 	}
-	// The session answered (a rejection, the command's own failure, or it
-	// is no longer running): asking again would get the same answer.
+	return UpdateSessionOutput{}, passOn(err)
+}
+
+// passOn turns the failure of an Update into the activity's: when the
+// session answered (a rejection, the command's own failure, or it is no
+// longer running), asking again would get the same answer, so it is
+// non-retryable, with its type, message, cause and details kept.
+func passOn(err error) error {
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
 	switch {
 	case errors.As(err, &appErr):
-		return UpdateSessionOutput{}, temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
-			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr)})
+		return temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
+			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr), Details: detailsOf(appErr)})
 	case errors.As(err, &canceled):
-		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
+		return temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
 	}
-	return UpdateSessionOutput{}, err
+	return err
+}
+
+// detailsOf returns the details of appErr as they are (CompensationDetails,
+// CleanupDetails, …), to be passed on unchanged. The errors of this
+// package carry one detail at most.
+func detailsOf(appErr *temporal.ApplicationError) []any {
+	var raw converter.RawValue
+	if !appErr.HasDetails() || appErr.Details(&raw) != nil {
+		return nil
+	}
+	return []any{raw}
 }
 
 // sendUpdate sends an Update to a session and waits for its outcome,
