@@ -1,13 +1,15 @@
 package workflows
 
+// This file is the UpdateSession activity: ordinary Go code that runs on a
+// worker, not workflow code. Workflows reach it through Session
+// (session_handle.go).
+
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -102,25 +104,4 @@ func detailsOf(appErr *temporal.ApplicationError) []any {
 		return nil
 	}
 	return []any{raw}
-}
-
-// sendUpdate sends an Update to a session and waits for its outcome,
-// decoded into out. A session that is not running (closed, cancelled, or
-// never started) is an ApplicationError of type SandboxSessionClosed.
-func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name string, out any, args ...any) error {
-	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   sessionID,
-		UpdateID:     updateID,
-		UpdateName:   name,
-		Args:         args,
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = handle.Get(ctx, out)
-	}
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("session %s is not running", sessionID), TypeSessionClosed, err)
-	}
-	return err
 }

@@ -112,6 +112,16 @@
 // and, where the namespace has them, the keyword search attributes
 // SandboxLeaseID and SandboxPhase find runs by lease or phase.
 //
+// # Layout
+//
+// Three kinds of code live here, in files named for what they hold:
+//
+//	workflow code (deterministic)   runcommand.go, session.go, compensation.go,
+//	                                session_answers.go, session_handle.go (Session),
+//	                                state.go, options.go, request.go, session_types.go
+//	the UpdateSession activity      activity_updatesession.go
+//	Go client helpers               client.go (SessionClient, StartSession)
+//
 // # Changing the workflow
 //
 // The workflow code is deterministic. Histories of earlier versions are
