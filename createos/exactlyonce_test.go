@@ -59,25 +59,6 @@ func TestExecuteRepeatsAnAmbiguousGateWrite(t *testing.T) {
 	}
 }
 
-// A gate write refused for good (a 4xx other than 429) stored nothing:
-// the process, still behind its gate, is killed.
-func TestExecuteGateRefusedKillsTheProcess(t *testing.T) {
-	f := newFakeServer(t)
-	f.on("putFile", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		fail(w, http.StatusForbidden)
-		return true
-	})
-	c := newTestClient(t, f)
-
-	_, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"echo"}}, nil)
-
-	var api *sandbox.APIError
-	require.ErrorAs(t, err, &api)
-	assert.Equal(t, http.StatusForbidden, api.Status)
-	assert.Equal(t, 1, f.count("putFile"), "not repeated")
-	assertKilled(t, f, "p-2")
-}
-
 // Inside one connection a data frame whose seq does not grow may carry
 // output never delivered: it is not skipped as a duplicate. The stream is
 // re-read from the cursor, and the output is whole.

@@ -665,21 +665,28 @@ func TestExecuteProcessNotFound(t *testing.T) {
 	}
 }
 
-func TestExecuteConnectForbiddenIsFatal(t *testing.T) {
-	f := newFakeServer(t)
-	f.on("connect", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		fail(w, http.StatusForbidden)
-		return true
-	})
-	c := newTestClient(t, f)
+// A 403 on connect, or on the start gate's upload (which then stored
+// nothing: the process is still behind its gate), is fatal and not
+// repeated: the process is killed.
+func TestExecuteForbiddenIsFatal(t *testing.T) {
+	for _, route := range []string{"connect", "putFile"} {
+		t.Run(route, func(t *testing.T) {
+			f := newFakeServer(t)
+			f.on(route, func(w http.ResponseWriter, r *http.Request, n int) bool {
+				fail(w, http.StatusForbidden)
+				return true
+			})
+			c := newTestClient(t, f)
 
-	_, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"true"}}, nil)
+			_, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"true"}}, nil)
 
-	var api *sandbox.APIError
-	require.ErrorAs(t, err, &api)
-	assert.Equal(t, http.StatusForbidden, api.Status)
-	assert.Equal(t, 1, f.count("connect"))
-	assertKilled(t, f, "p-2")
+			var api *sandbox.APIError
+			require.ErrorAs(t, err, &api)
+			assert.Equal(t, http.StatusForbidden, api.Status)
+			assert.Equal(t, 1, f.count(route), "not repeated")
+			assertKilled(t, f, "p-2")
+		})
+	}
 }
 
 func TestExecuteKeepsATailOfTheOutput(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/mock/gomock"
 
@@ -69,11 +68,7 @@ func TestSessionLeaseGoneWhileIdleCostsTheNextCommand(t *testing.T) {
 func sendUpdateWithID(h *harness, delay time.Duration, id string, call updateCall) *updateOutcome {
 	o := &updateOutcome{}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(call.name, id, &testsuite.TestUpdateCallback{
-			OnAccept:   func() { o.accepted = true },
-			OnReject:   func(err error) { o.rejected, o.rejection = true, err },
-			OnComplete: func(v any, err error) { o.completed, o.value, o.err = true, v, err },
-		}, call.args...)
+		h.env.UpdateWorkflow(call.name, id, o.callback(), call.args...)
 	}, delay)
 	return o
 }

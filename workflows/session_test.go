@@ -54,14 +54,19 @@ func (u *updates) send(delay time.Duration, calls ...updateCall) []*updateOutcom
 		for i, call := range calls {
 			o := outcomes[i]
 			u.n++
-			u.h.env.UpdateWorkflow(call.name, fmt.Sprintf("update-%d", u.n), &testsuite.TestUpdateCallback{
-				OnAccept:   func() { o.accepted = true },
-				OnReject:   func(err error) { o.rejected, o.rejection = true, err },
-				OnComplete: func(v any, err error) { o.completed, o.value, o.err = true, v, err },
-			}, call.args...)
+			u.h.env.UpdateWorkflow(call.name, fmt.Sprintf("update-%d", u.n), o.callback(), call.args...)
 		}
 	}, delay)
 	return outcomes
+}
+
+// callback records an Update's outcome in o.
+func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnAccept:   func() { o.accepted = true },
+		OnReject:   func(err error) { o.rejected, o.rejection = true, err },
+		OnComplete: func(v any, err error) { o.completed, o.value, o.err = true, v, err },
+	}
 }
 
 type updateCall struct {
