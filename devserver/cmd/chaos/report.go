@@ -91,8 +91,7 @@ func analyse(ctx context.Context, s *stack.Stack, proxy *testsuite.FaultProxy, o
 		}
 		r.compensations += h.leases[activities.NameAcquireFreshLease].scheduled
 		for name, c := range h.leases {
-			r.leases[name].scheduled += c.scheduled
-			r.leases[name].completed += c.completed
+			r.leases[name].add(c)
 		}
 		if ran := ranBy[o.marker]; len(ran) > 1 {
 			r.duplicates++
@@ -163,16 +162,36 @@ func runsByMarker(records []localsandbox.ProcessRecord) map[string][]localsandbo
 	return out
 }
 
-// activityCount counts activities of one kind: scheduled, and completed
-// (after any number of attempts).
-type activityCount struct{ scheduled, completed int }
+// activityCount counts activities of one kind: scheduled, completed
+// (after any number of attempts), and how the others ended.
+type activityCount struct {
+	scheduled, completed int
+	failed               map[string]int // by failure type, "timeout" for a timeout
+}
 
-// rate renders completed/scheduled.
+func (c *activityCount) fail(how string) {
+	if c.failed == nil {
+		c.failed = map[string]int{}
+	}
+	c.failed[how]++
+}
+
+func (c *activityCount) add(o *activityCount) {
+	c.scheduled += o.scheduled
+	c.completed += o.completed
+	for how, n := range o.failed {
+		for range n {
+			c.fail(how)
+		}
+	}
+}
+
+// rate renders completed/scheduled and the failures.
 func (c *activityCount) rate() string {
 	if c.scheduled == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d/%d (%.0f%%)", c.completed, c.scheduled, 100*float64(c.completed)/float64(c.scheduled))
+	return fmt.Sprintf("%d/%d (%.0f%%)%s", c.completed, c.scheduled, 100*float64(c.completed)/float64(c.scheduled), breakdown(c.failed))
 }
 
 // runHistory is what a workflow's history tells of its compensations.
@@ -207,7 +226,17 @@ func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, e
 				c.completed++
 			}
 		}
+		if a := event.GetActivityTaskTimedOutEventAttributes(); a != nil {
+			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
+				c.fail("timeout")
+			}
+		}
 		a := event.GetActivityTaskFailedEventAttributes()
+		if a != nil {
+			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
+				c.fail(a.GetFailure().GetApplicationFailureInfo().GetType())
+			}
+		}
 		if a == nil || names[a.GetScheduledEventId()] != activities.NameExecute {
 			continue
 		}
