@@ -395,11 +395,27 @@ func TestCreateLeaseKeepsTheCleanupErrorWhenTheSandboxStillCannotBeDestroyed(t *
 	env, provider := newEnv(t, nil)
 	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
 		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
-	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"}).Times(redestroys)
 	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, sandbox.TypeCleanup, appErr.Type())
+}
+
+// A destroy that fails is repeated: one that then works saves the run a
+// compensation.
+func TestCreateLeaseRepeatsTheDestroyOfAHalfMadeSandbox(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.UnavailableError{Operation: "exec"}})
+	gomock.InOrder(
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.APIError{Status: 503, Operation: "destroy sandbox"}),
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(nil),
+	)
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeUnavailable, appErr.Type(), "the setup failure: nothing is left to clean up")
 }
 
 // recordedMetrics is what a recordingHandler saw: counter sums and timer
@@ -548,7 +564,7 @@ func TestCreateLeaseCountsACleanupErrorByReason(t *testing.T) {
 	env, provider, rec := newMeteredEnv(t)
 	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
 		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
-	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"}).Times(redestroys)
 	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
 	require.Error(t, err)
 	assert.Equal(t, int64(1), rec.counter(metrics.CleanupErrors, string(sandbox.TerminationUnconfirmed)))

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 
@@ -146,8 +147,8 @@ const maxGoneCreates = 3
 // sandbox on the next attempt.
 //
 // A sandbox that was created but could neither be set up nor destroyed (a
-// *sandbox.CleanupError without a process) is destroyed here once more: if
-// that works, the run has lost nothing but the setup failure, which is
+// *sandbox.CleanupError without a process) is destroyed here once more (a
+// few times, if need be): if that works, the run has lost nothing but the setup failure, which is
 // returned as it is (and usually retried), instead of a cleanup error that
 // would cost a compensation.
 //
@@ -161,7 +162,7 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 		}
 		var cleanup *sandbox.CleanupError
 		if errors.As(err, &cleanup) && cleanup.ProcessID == "" && cleanup.LeaseID != "" && cleanup.Err != nil {
-			if a.Provider.DestroyLease(ctx, cleanup.LeaseID) == nil {
+			if a.destroyHalfMade(ctx, cleanup.LeaseID) == nil {
 				activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
 				meterOf(ctx).leaseDestroyed()
 				err = setupFailure(cleanup.Err)
@@ -174,6 +175,33 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 		activity.GetLogger(ctx).Info("the sandbox of this create is gone; creating another", "gone", gone.LeaseID)
 		spec.IdempotencyKey = idempotencyKey(spec.IdempotencyKey, gone.LeaseID)
 	}
+}
+
+// redestroys bounds the destroys of a sandbox that could not be set up
+// (see create), redestroyDelay is the pause between two.
+const (
+	redestroys     = 3
+	redestroyDelay = 250 * time.Millisecond
+)
+
+// destroyHalfMade destroys a sandbox that could not be set up, trying a
+// few times: a destroy is idempotent, and each one that fails costs the
+// run a compensation.
+func (a *Activities) destroyHalfMade(ctx context.Context, leaseID string) error {
+	var err error
+	for i := range redestroys {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(redestroyDelay):
+			}
+		}
+		if err = a.Provider.DestroyLease(ctx, leaseID); err == nil || !sandbox.Retryable(err) {
+			return err
+		}
+	}
+	return err
 }
 
 // setupFailure returns the failure that cost a sandbox its setup, from
