@@ -59,9 +59,10 @@ type report struct {
 
 // Classes of extra runs of a command.
 const (
-	extraCompensation = "compensation after an unconfirmed kill or a vanished lease"
-	extraExhaustion   = "retry after the output connection was exhausted"
-	extraUnexplained  = "unexplained"
+	extraUnconfirmedKill = "compensation after an unconfirmed kill"
+	extraVanishedLease   = "compensation after the lease vanished"
+	extraExhaustion      = "retry after the output connection was exhausted"
+	extraUnexplained     = "unexplained"
 )
 
 func (r *report) failed() bool {
@@ -266,8 +267,10 @@ func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHist
 		before, again := ran[i-1], ran[i]
 		class := extraUnexplained
 		switch {
-		case before.LeaseID != again.LeaseID && (h.killUnconfirmed[before.LeaseID] || h.leaseVanished):
-			class = extraCompensation
+		case before.LeaseID != again.LeaseID && h.killUnconfirmed[before.LeaseID]:
+			class = extraUnconfirmedKill
+		case before.LeaseID != again.LeaseID && h.leaseVanished:
+			class = extraVanishedLease
 		case before.LeaseID == again.LeaseID && connectFaults(faultLog, before.ProcessID) >= 4:
 			class = extraExhaustion
 		}
