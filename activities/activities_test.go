@@ -395,11 +395,27 @@ func TestCreateLeaseKeepsTheCleanupErrorWhenTheSandboxStillCannotBeDestroyed(t *
 	env, provider := newEnv(t, nil)
 	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
 		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
-	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"}).Times(redestroys)
 	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, sandbox.TypeCleanup, appErr.Type())
+}
+
+// A destroy that fails is repeated: one that then works saves the run a
+// compensation.
+func TestCreateLeaseRepeatsTheDestroyOfAHalfMadeSandbox(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.UnavailableError{Operation: "exec"}})
+	gomock.InOrder(
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.APIError{Status: 503, Operation: "destroy sandbox"}),
+		provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(nil),
+	)
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeUnavailable, appErr.Type(), "the setup failure: nothing is left to clean up")
 }
 
 // recordedMetrics is what a recordingHandler saw: counter sums and timer
@@ -503,32 +519,52 @@ func TestLeaseActivitiesCountCreatedDestroyedLeakedAndCompensations(t *testing.T
 		{ID: "sbx-2", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
 		{ID: "sbx-3", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
 	}, nil)
-	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{ID: "sbx-4"}, nil)
 	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-2").Return(nil)
 	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-3").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{ID: "sbx-4"}, nil)
 	_, err = env.ExecuteActivity(NameAcquireFreshLease, AcquireFreshLeaseInput{Replacing: "sbx-1", RunKey: "run-a", Generation: 1})
-	require.Error(t, err, "the sweep failed on sbx-3")
+	require.NoError(t, err, "a failed sweep does not cost the fresh lease")
 	assert.Equal(t, int64(1), rec.counter(metrics.LeasesDestroyed), "the orphan; the replaced lease was counted when the workflow destroyed it")
 	assert.Equal(t, int64(1), rec.counter(metrics.LeaksSuspected))
-	assert.Zero(t, rec.counter(metrics.Compensations), "no fresh lease yet")
+	assert.Equal(t, int64(1), rec.counter(metrics.Compensations), "a successful AcquireFreshLease is one compensation")
 
+	// The release sweeps what that sweep missed.
 	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return([]sandbox.Lease{
 		{ID: "sbx-3", Status: sandbox.StatusRunning, Labels: map[string]string{LabelGeneration: "0"}},
 	}, nil)
 	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-3").Return(nil)
-	_, err = env.ExecuteActivity(NameAcquireFreshLease, AcquireFreshLeaseInput{RunKey: "run-a", Generation: 1})
+	_, err = env.ExecuteActivity(NameDestroyLease, DestroyLeaseInput{RunKey: "run-a", Keep: "sbx-4"})
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), rec.counter(metrics.Compensations), "a successful AcquireFreshLease is one compensation")
 	assert.Equal(t, int64(2), rec.counter(metrics.LeasesCreated))
 	assert.Equal(t, int64(2), rec.counter(metrics.LeasesDestroyed))
 	assert.Equal(t, int64(2), rec.counter(metrics.LeaksSuspected))
+}
+
+// A create whose sandbox could not be set up, nor destroyed at first, is
+// destroyed once more; when that works the activity fails with the setup
+// failure's type, not with that of the stale DELETE failure joined to it.
+func TestCreateLeaseReportsTheSetupFailureNotTheStaleDestroyFailure(t *testing.T) {
+	env, provider := newEnv(t, nil)
+	setup := &sandbox.UnavailableError{Operation: "wait for sandbox"}
+	staleDelete := &sandbox.APIError{Status: 503, Operation: "destroy sandbox"}
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{}, &sandbox.CleanupError{
+		Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: fmt.Errorf("%w; then %w", setup, staleDelete)})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(nil)
+
+	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
+
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeUnavailable, appErr.Type())
+	assert.False(t, appErr.NonRetryable())
+	assert.NotContains(t, appErr.Error(), "destroy sandbox")
 }
 
 func TestCreateLeaseCountsACleanupErrorByReason(t *testing.T) {
 	env, provider, rec := newMeteredEnv(t)
 	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
 		Return(sandbox.Lease{}, &sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-half", Err: &sandbox.APIError{Status: 503, Operation: "exec"}})
-	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"})
+	provider.EXPECT().DestroyLease(gomock.Any(), "sbx-half").Return(&sandbox.UnavailableError{Operation: "destroy sandbox"}).Times(redestroys)
 	_, err := env.ExecuteActivity(NameCreateLease, CreateLeaseInput{RunKey: "run-a"})
 	require.Error(t, err)
 	assert.Equal(t, int64(1), rec.counter(metrics.CleanupErrors, string(sandbox.TerminationUnconfirmed)))

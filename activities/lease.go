@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 
@@ -95,9 +96,9 @@ func (a *Activities) DestroyLease(ctx context.Context, in DestroyLeaseInput) err
 }
 
 // AcquireFreshLease replaces a lease that must not be used again: it makes
-// sure the replaced lease is gone, destroys every lease of the run from an
-// earlier generation (orphans of lost create responses), then creates the
-// new lease. Leases of the new generation are left alone: they are what an
+// sure the replaced lease (Replacing, if set) is gone, tries to destroy
+// every lease of the run from an earlier generation (orphans of lost
+// create responses), then creates the new lease. Leases of the new generation are left alone: they are what an
 // earlier attempt of this activity created, and the idempotency key
 // returns them.
 func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLeaseInput) (sandbox.Lease, error) {
@@ -107,18 +108,23 @@ func (a *Activities) AcquireFreshLease(ctx context.Context, in AcquireFreshLease
 	stop := a.keepHeartbeating(ctx, nil)
 	defer stop()
 	if in.Replacing != "" {
-		// Not counted as destroyed: RunCommand destroyed it (and counted
-		// that) before asking for its replacement; this makes sure.
+		// Not counted as destroyed: whoever asks for the replacement
+		// destroyed it first (the workflows do, and do not send
+		// Replacing); this makes sure.
 		if err := a.Provider.DestroyLease(ctx, in.Replacing); err != nil {
 			return sandbox.Lease{}, classify(err)
 		}
 	}
+	// The sweep is best effort: an orphan it misses now is destroyed by
+	// the run's release, which sweeps every lease of the run. Failing the
+	// attempt for it would make a replacement lease far likelier to fail
+	// than a first one, which needs no sweep.
 	err := a.sweep(ctx, in.RunKey, func(l sandbox.Lease) bool {
 		gen, err := strconv.Atoi(l.Labels[LabelGeneration])
 		return err != nil || gen < in.Generation
 	})
 	if err != nil {
-		return sandbox.Lease{}, classify(err)
+		activity.GetLogger(ctx).Warn("orphan sweep failed; the run's release sweeps again", "error", err)
 	}
 	lease, err := a.create(ctx, a.labelledSpec(ctx, in.Spec, in.RunKey, in.Generation))
 	if err != nil {
@@ -141,8 +147,8 @@ const maxGoneCreates = 3
 // sandbox on the next attempt.
 //
 // A sandbox that was created but could neither be set up nor destroyed (a
-// *sandbox.CleanupError without a process) is destroyed here once more: if
-// that works, the run has lost nothing but the setup failure, which is
+// *sandbox.CleanupError without a process) is destroyed here once more (a
+// few times, if need be): if that works, the run has lost nothing but the setup failure, which is
 // returned as it is (and usually retried), instead of a cleanup error that
 // would cost a compensation.
 //
@@ -156,10 +162,10 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 		}
 		var cleanup *sandbox.CleanupError
 		if errors.As(err, &cleanup) && cleanup.ProcessID == "" && cleanup.LeaseID != "" && cleanup.Err != nil {
-			if a.Provider.DestroyLease(ctx, cleanup.LeaseID) == nil {
+			if a.destroyHalfMade(ctx, cleanup.LeaseID) == nil {
 				activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
 				meterOf(ctx).leaseDestroyed()
-				err = cleanup.Err
+				err = setupFailure(cleanup.Err)
 			}
 		}
 		var gone *sandbox.LeaseGoneError
@@ -169,6 +175,49 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 		activity.GetLogger(ctx).Info("the sandbox of this create is gone; creating another", "gone", gone.LeaseID)
 		spec.IdempotencyKey = idempotencyKey(spec.IdempotencyKey, gone.LeaseID)
 	}
+}
+
+// redestroys bounds the destroys of a sandbox that could not be set up
+// (see create), redestroyDelay is the pause between two.
+const (
+	redestroys     = 3
+	redestroyDelay = 250 * time.Millisecond
+)
+
+// destroyHalfMade destroys a sandbox that could not be set up, trying a
+// few times: a destroy is idempotent, and each one that fails costs the
+// run a compensation.
+func (a *Activities) destroyHalfMade(ctx context.Context, leaseID string) error {
+	var err error
+	for i := range redestroys {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(redestroyDelay):
+			}
+		}
+		if err = a.Provider.DestroyLease(ctx, leaseID); err == nil || !sandbox.Retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// setupFailure returns the failure that cost a sandbox its setup, from
+// the Err of the *sandbox.CleanupError that its failed destroy caused.
+// That Err may join the setup failure and the destroy's own failure (an
+// error whose Unwrap returns both, the setup failure first): once the
+// destroy has been repeated and succeeded, the destroy's failure is stale
+// and must not give the error its type (a 503 of the first DELETE would
+// make an unavailable server's failure a SandboxAPIError).
+func setupFailure(err error) error {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		if errs := joined.Unwrap(); len(errs) > 0 && errs[0] != nil {
+			return errs[0]
+		}
+	}
+	return err
 }
 
 // sweep destroys the run's leases that doom selects: orphans, each a

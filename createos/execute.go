@@ -116,6 +116,9 @@ type run struct {
 	// gateOnly: the run's one file is its start gate, which the command's
 	// script removes on its way to the command (an Execute without stdin).
 	gateOnly bool
+	// gateRewritten: the gate was written more than once, so a copy may
+	// remain after the script removed the first.
+	gateRewritten bool
 }
 
 func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
@@ -180,13 +183,12 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 	defer func() { <-stdinClosed }()
 
 	r.f.onAttach = func(ctx context.Context) error {
-		if err := r.openGate(ctx); err != nil {
-			return err
-		}
+		// The timeout runs from the first gate write: from then on the
+		// command may be running.
 		if cmd.Timeout > 0 {
 			r.timer = time.AfterFunc(cmd.Timeout, func() { expire(errTimedOut) })
 		}
-		return nil
+		return r.openGate(ctx)
 	}
 	return r.f.follow(ctx)
 }
@@ -229,9 +231,37 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 }
 
 // openGate lets the command's script go on: it waits for this file.
+//
+// Writing the empty gate file is idempotent, and a write whose outcome is
+// unknown (5xx, 429, no answer) may have been stored: the command may be
+// running already. So such a write is repeated, after the reconnect
+// delay, until it is answered, or refused for good (another 4xx: nothing
+// was stored, and the command never ran), or ctx ends — the command's
+// timeout included, whose Result then says TimedOut. An ambiguous gate
+// write is never a reason to kill the process and run the command again.
 func (r *run) openGate(ctx context.Context) error {
 	r.staged = true
-	return r.c.putFile(ctx, r.leaseID, gatePath(r.workspace, r.token), nil)
+	for {
+		err := r.c.putFile(ctx, r.leaseID, gatePath(r.workspace, r.token), nil)
+		if err == nil || !outcomeUnknown(err) || ctx.Err() != nil {
+			return err
+		}
+		// A second write may leave a gate that nobody removes: cleanup
+		// must remove it.
+		r.gateRewritten = true
+		if err := sleep(ctx, r.c.reconnectDelay); err != nil {
+			return fmt.Errorf("open the start gate: %w", err)
+		}
+	}
+}
+
+// outcomeUnknown reports whether a failed request may have been carried
+// out all the same: it got no answer, or one that does not say it was not
+// (a 5xx; a 429 is included, as retrying an idempotent request is harmless).
+func outcomeUnknown(err error) bool {
+	var unavailable *sandbox.UnavailableError
+	var api *sandbox.APIError
+	return errors.As(err, &unavailable) || (errors.As(err, &api) && api.Retryable())
 }
 
 // finish classifies how the run ended (PROTOCOL.md §6, step 7) and cleans
@@ -246,7 +276,7 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 	switch {
 	case completed:
 		res = r.f.result(st)
-		if st.signal == "" && r.gateOnly {
+		if st.signal == "" && r.gateOnly && !r.gateRewritten {
 			// The command exited by itself, so its script went through the
 			// gate and removed it: the run left no file to remove.
 			r.staged = false

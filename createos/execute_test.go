@@ -258,11 +258,17 @@ func TestExecuteReconnectsInsideACharacter(t *testing.T) {
 	assert.Zero(t, f.count("deleteProcess"))
 }
 
+// Duplicates are skipped: a frame repeated as it was, and the replay of a
+// reconnect that starts before the cursor.
 func TestExecuteSkipsDuplicateFrames(t *testing.T) {
 	f := newFakeServer(t)
 	f.on("connect", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"), dataFrame(1, "stdout", "a"),
-			dataFrame(2, "stderr", "b"), "", `{"type":"heartbeat"}`, dataFrame(3, "stdout", "c"), exitFrame(0))
+		if n == 1 {
+			streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"))
+			return true
+		}
+		streamLines(w, dataFrame(1, "stdout", "a"), dataFrame(2, "stderr", "b"),
+			"", `{"type":"heartbeat"}`, dataFrame(3, "stdout", "c"), exitFrame(0))
 		return true
 	})
 	c := newTestClient(t, f)
@@ -659,21 +665,28 @@ func TestExecuteProcessNotFound(t *testing.T) {
 	}
 }
 
-func TestExecuteConnectForbiddenIsFatal(t *testing.T) {
-	f := newFakeServer(t)
-	f.on("connect", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		fail(w, http.StatusForbidden)
-		return true
-	})
-	c := newTestClient(t, f)
+// A 403 on connect, or on the start gate's upload (which then stored
+// nothing: the process is still behind its gate), is fatal and not
+// repeated: the process is killed.
+func TestExecuteForbiddenIsFatal(t *testing.T) {
+	for _, route := range []string{"connect", "putFile"} {
+		t.Run(route, func(t *testing.T) {
+			f := newFakeServer(t)
+			f.on(route, func(w http.ResponseWriter, r *http.Request, n int) bool {
+				fail(w, http.StatusForbidden)
+				return true
+			})
+			c := newTestClient(t, f)
 
-	_, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"true"}}, nil)
+			_, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"true"}}, nil)
 
-	var api *sandbox.APIError
-	require.ErrorAs(t, err, &api)
-	assert.Equal(t, http.StatusForbidden, api.Status)
-	assert.Equal(t, 1, f.count("connect"))
-	assertKilled(t, f, "p-2")
+			var api *sandbox.APIError
+			require.ErrorAs(t, err, &api)
+			assert.Equal(t, http.StatusForbidden, api.Status)
+			assert.Equal(t, 1, f.count(route), "not repeated")
+			assertKilled(t, f, "p-2")
+		})
+	}
 }
 
 func TestExecuteKeepsATailOfTheOutput(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
+	"time"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
@@ -37,6 +39,27 @@ type follower struct {
 	lost bool
 	// scratch is where data frames are decoded, frame after frame.
 	scratch []byte
+	// heartbeat is the longest interval seen between two heartbeats with
+	// nothing between them: the server's heartbeat interval, once known.
+	heartbeat time.Duration
+}
+
+// A stream that has sent heartbeats is taken for stalled once
+// missedHeartbeats of its intervals pass without a line (but never sooner
+// than minStallTimeout, nor later than Config.StreamIdleTimeout): a server
+// that beats every 5 s is noticed gone after 15 s, not 60.
+const (
+	missedHeartbeats = 3
+	minStallTimeout  = time.Second
+)
+
+// stallTimeout is how long a stream may stay silent, given the server's
+// heartbeat interval; zero while it is not known.
+func (f *follower) stallTimeout() time.Duration {
+	if f.heartbeat == 0 {
+		return 0
+	}
+	return max(missedHeartbeats*f.heartbeat, minStallTimeout)
 }
 
 // streamOutput is what is kept of one output stream.
@@ -127,6 +150,7 @@ func (f *follower) attempt(ctx context.Context) (exitStatus, error) {
 		return exitStatus{}, f.connectFailure(ctx, err)
 	}
 	defer s.Close()
+	s.limitIdle(f.stallTimeout())
 	if !f.attached {
 		f.attached = true
 		if err := f.onAttach(ctx); err != nil {
@@ -160,7 +184,19 @@ func (f *follower) connectFailure(ctx context.Context, err error) error {
 }
 
 // read takes the frames of an attached stream until the exit frame.
+//
+// Inside one connection the seqs of data frames only grow: a frame whose
+// seq does not (it goes backwards, or repeats the one before with other
+// bytes) may carry output that was never delivered, so it is not skipped
+// as a duplicate. The connection is given up instead, and the reconnect
+// replays the journal after the cursor, which the server keeps in order.
+// Only a frame repeated as it was (same bytes) is a plain duplicate.
 func (f *follower) read(ctx context.Context, s *stream) (exitStatus, error) {
+	var (
+		prevSeq  int64 // of the connection's last data frame; 0 before the first
+		prevHash uint64
+		beat     time.Time // of the last heartbeat, when nothing came after it
+	)
 	for {
 		line, err := s.next()
 		if err != nil {
@@ -180,8 +216,27 @@ func (f *follower) read(ctx context.Context, s *stream) (exitStatus, error) {
 		if err != nil {
 			return exitStatus{}, err
 		}
+		if fr.kind != frameHeartbeat {
+			beat = time.Time{}
+		}
 		switch fr.kind {
+		case frameHeartbeat:
+			now := time.Now()
+			if !beat.IsZero() && now.Sub(beat) > f.heartbeat {
+				f.heartbeat = now.Sub(beat)
+				s.limitIdle(f.stallTimeout())
+			}
+			beat = now
 		case frameData:
+			h := maphash.Bytes(frameSeed, line)
+			if prevSeq != 0 && fr.seq <= prevSeq {
+				if fr.seq == prevSeq && h == prevHash {
+					continue // the frame before, once more
+				}
+				return exitStatus{}, &lostStream{protocolError(sandbox.SequenceRegression,
+					fmt.Sprintf("data frame %d came after frame %d on one connection", fr.seq, prevSeq))}
+			}
+			prevSeq, prevHash = fr.seq, h
 			if err := f.take(fr); err != nil {
 				return exitStatus{}, err
 			}
@@ -196,6 +251,10 @@ func (f *follower) read(ctx context.Context, s *stream) (exitStatus, error) {
 		}
 	}
 }
+
+// frameSeed hashes data frames to tell a repeated frame from another one
+// under the same seq.
+var frameSeed = maphash.MakeSeed()
 
 // take accepts a data frame: a replayed one is skipped, one that skips a
 // seq is a breach of the contract, and the next one is decoded, kept and

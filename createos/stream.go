@@ -28,8 +28,11 @@ type stream struct {
 	ctx    context.Context // cancelled (with a cause) to abort the body
 	cancel context.CancelCauseFunc
 	idle   *time.Timer
-	limit  time.Duration
-	lines  lineReader
+	limit  time.Duration // the idle timeout
+	// maxIdle is the configured idle timeout (StreamIdleTimeout); a
+	// follower that knows the server's heartbeat sets a shorter one.
+	maxIdle time.Duration
+	lines   lineReader
 }
 
 // openStream paces and sends rq, and returns its body once the server
@@ -57,10 +60,22 @@ func (c *Client) openStream(ctx context.Context, rq request) (*stream, error) {
 		cancel(nil)
 		return nil, &sandbox.UnavailableError{Operation: rq.op, Err: errNoAnswer}
 	}
-	s := &stream{body: resp.Body, ctx: sctx, cancel: cancel, limit: c.cfg.streamIdleTimeout}
+	s := &stream{body: resp.Body, ctx: sctx, cancel: cancel, limit: c.cfg.streamIdleTimeout, maxIdle: c.cfg.streamIdleTimeout}
 	s.lines.r = bufio.NewReaderSize(resp.Body, 64<<10)
 	s.idle = time.AfterFunc(s.limit, func() { cancel(errStreamIdle) })
 	return s, nil
+}
+
+// limitIdle sets the stream's idle timeout to d, but never above the
+// configured one; zero keeps it.
+func (s *stream) limitIdle(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if d = min(d, s.maxIdle); d != s.limit {
+		s.limit = d
+		s.idle.Reset(d)
+	}
 }
 
 // next returns the next line, without its end of line. Its errors are a

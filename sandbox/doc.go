@@ -24,6 +24,20 @@
 //	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
 //	*PaymentRequiredError     SandboxPaymentRequired     no         the account has no credit (HTTP 402)
 //
-// Use [ErrorType] and [Retryable] to classify an error without a type switch,
-// and errors.As to reach the details of a particular kind.
+// The table is [Kinds], the one place that says which failure is retried
+// and which leaves the lease unusable (Cleanup and LeaseGone: destroy the
+// lease, take a fresh one); [Retryable], [NonRetryableTypes] (a retry
+// policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and so do
+// the activities and the workflows.
+//
+// Classify an error without a type switch with [ErrorType] or the Is…
+// functions ([IsCleanupError], [IsLeaseGoneError], …), in the style of the
+// Temporal SDK's temporal.Is… functions. They see the typed errors of this
+// package and equally the Temporal ApplicationErrors that carry their type
+// names, so a workflow or a client can ask the same question of an
+// activity's failure:
+//
+//	if sandbox.IsCleanupError(err) { … }  // a provider's error, or an activity's
+//
+// Use errors.As to reach the details of a particular kind.
 package sandbox

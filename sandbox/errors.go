@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 )
@@ -103,12 +102,17 @@ func (e *OutputEvictedError) Error() string {
 type ProtocolKind string
 
 const (
-	SequenceGap       ProtocolKind = "sequence_gap"
-	InvalidFrame      ProtocolKind = "invalid_frame"
-	BadBase64         ProtocolKind = "bad_base64"
-	MissingExitStatus ProtocolKind = "missing_exit_status"
-	FrameTooLarge     ProtocolKind = "frame_too_large"
-	UnknownEvent      ProtocolKind = "unknown_event"
+	SequenceGap ProtocolKind = "sequence_gap"
+	// SequenceRegression: inside one connection, a data frame's seq did
+	// not grow. The stream is re-read from the cursor; only when that
+	// keeps failing does the error surface (in a
+	// *ConnectionExhaustedError).
+	SequenceRegression ProtocolKind = "sequence_regression"
+	InvalidFrame       ProtocolKind = "invalid_frame"
+	BadBase64          ProtocolKind = "bad_base64"
+	MissingExitStatus  ProtocolKind = "missing_exit_status"
+	FrameTooLarge      ProtocolKind = "frame_too_large"
+	UnknownEvent       ProtocolKind = "unknown_event"
 	// ErrorEvent: the server ended a stream with an error frame.
 	ErrorEvent ProtocolKind = "error_event"
 	// InvalidResponse: a response did not have the contract's shape.
@@ -224,59 +228,3 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // that is shutting down detaches rather than kills, and the retry on
 // another worker re-attaches.
 var ErrDetached = errors.New("detached from the running process")
-
-// ErrorType returns the type name (a Type* constant) of the first error in
-// err's chain that belongs to the taxonomy, or "" if none does.
-func ErrorType(err error) string {
-	var (
-		cleanup     *CleanupError
-		exhausted   *ConnectionExhaustedError
-		evicted     *OutputEvictedError
-		protocol    *ProtocolError
-		invalid     *InvalidInputError
-		api         *APIError
-		gone        *LeaseGoneError
-		unavailable *UnavailableError
-		payment     *PaymentRequiredError
-	)
-	// Cleanup errors come first: they wrap the failure that caused them, and
-	// the lease's state matters more than that cause.
-	switch {
-	case errors.As(err, &cleanup):
-		return TypeCleanup
-	case errors.As(err, &exhausted):
-		return TypeConnectionExhausted
-	case errors.As(err, &evicted):
-		return TypeOutputEvicted
-	case errors.As(err, &protocol):
-		return TypeProtocol
-	case errors.As(err, &invalid):
-		return TypeInvalidInput
-	case errors.As(err, &gone):
-		return TypeLeaseGone
-	case errors.As(err, &payment):
-		return TypePaymentRequired
-	case errors.As(err, &api):
-		return TypeAPI
-	case errors.As(err, &unavailable):
-		return TypeUnavailable
-	}
-	return ""
-}
-
-// Retryable reports whether the operation that failed with err may succeed
-// if it is simply tried again on the same lease. Errors outside the
-// taxonomy are retryable, except the caller's own context ending.
-func Retryable(err error) bool {
-	switch ErrorType(err) {
-	case "":
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-	case TypeConnectionExhausted, TypeUnavailable:
-		return true
-	case TypeAPI:
-		var api *APIError
-		errors.As(err, &api)
-		return api.Retryable()
-	}
-	return false
-}

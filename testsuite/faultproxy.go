@@ -65,6 +65,7 @@ type Fault struct {
 	stall    time.Duration
 	frames   int
 	bytes    int
+	hold     func()
 	describe string
 }
 
@@ -78,6 +79,8 @@ const (
 	faultSequenceGap
 	faultDuplicateFrames
 	faultCorruptBase64
+	faultRewindSequence
+	faultFailAfterForward
 	faultPass
 )
 
@@ -125,6 +128,25 @@ func DuplicateFrames() Fault {
 // n (1-based) replaced by invalid base64.
 func CorruptBase64(n int) Fault {
 	return Fault{kind: faultCorruptBase64, frames: n, describe: fmt.Sprintf("corrupt the base64 of data frame %d", n)}
+}
+
+// FailAfterForward forwards the request, lets the server act on it, then
+// answers code (and an empty body) instead of the server's answer: the
+// client is told that a request failed which in fact succeeded, as a
+// gateway does when the server behind it stored an upload and then timed
+// out. Before it answers it calls hold, if not nil, and waits for it: a
+// test uses it to let the request's effect show on the server side first
+// (a process passing the start gate that the request wrote, say).
+func FailAfterForward(code int, hold func()) Fault {
+	return Fault{kind: faultFailAfterForward, status: code, hold: hold, describe: fmt.Sprintf("forward, then answer %d", code)}
+}
+
+// RewindSequence forwards a streamed response with data frame n (1-based,
+// at least 2) carrying the seq of the data frame before it: inside one
+// connection the sequence goes backwards, and the frame's payload is one
+// that the client has not seen.
+func RewindSequence(n int) Fault {
+	return Fault{kind: faultRewindSequence, frames: max(n, 2), describe: fmt.Sprintf("give data frame %d the seq of the one before", max(n, 2))}
 }
 
 // Pass forwards the request unchanged. A rule with it breaks nothing: it
@@ -302,6 +324,14 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			resetConnection(w)
 			return
+		case faultFailAfterForward:
+			drain(resp.Body)
+			p.record(event, resp.StatusCode, nil)
+			if fault.hold != nil {
+				fault.hold()
+			}
+			w.WriteHeader(fault.status)
+			return
 		case faultPass:
 			p.record(event, resp.StatusCode, nil)
 			broken = false // relayed as it is
@@ -347,6 +377,7 @@ func (p *FaultProxy) relayStream(w http.ResponseWriter, body io.Reader, fault Fa
 	flush := http.NewResponseController(w).Flush
 	reader := bufio.NewReaderSize(body, 64<<10)
 	frames, sent, dataFrames := 0, 0, 0
+	var lastSeq json.RawMessage // of the data frame before, for RewindSequence
 	for {
 		line, err := reader.ReadBytes('\n')
 		if len(line) > 0 {
@@ -378,6 +409,13 @@ func (p *FaultProxy) relayStream(w http.ResponseWriter, body io.Reader, fault Fa
 				if isData && dataFrames == fault.frames {
 					out = [][]byte{corruptBase64(line)}
 				}
+			case faultRewindSequence:
+				if isData && dataFrames == fault.frames && lastSeq != nil {
+					out = [][]byte{withField(line, "seq", lastSeq)}
+				}
+				if isData {
+					lastSeq = field(line, "seq")
+				}
 			}
 			for _, l := range out {
 				if _, werr := w.Write(l); werr != nil {
@@ -405,17 +443,34 @@ func frameType(line []byte) string {
 // corruptBase64 replaces the data_base64 field of a data frame with text
 // that is not base64.
 func corruptBase64(line []byte) []byte {
-	var frame map[string]any
+	return withField(line, "data_base64", json.RawMessage(`"!not*base64!"`))
+}
+
+// field returns the raw value of a frame's field, or nil.
+func field(line []byte, name string) json.RawMessage {
+	var frame map[string]json.RawMessage
+	if json.Unmarshal(line, &frame) != nil {
+		return nil
+	}
+	return frame[name]
+}
+
+// withField returns the frame with one field's value replaced.
+func withField(line []byte, name string, value json.RawMessage) []byte {
+	var frame map[string]json.RawMessage
 	if json.Unmarshal(line, &frame) != nil {
 		return line
 	}
-	frame["data_base64"] = "!not*base64!"
+	frame[name] = value
 	out, err := json.Marshal(frame)
 	if err != nil {
 		return line
 	}
 	return append(out, '\n')
 }
+
+// drain reads what is left of a body the client will not see.
+func drain(body io.Reader) { _, _ = io.Copy(io.Discard, body) }
 
 // copyFlushing copies a response body, flushing as it goes so that
 // streams stay live.

@@ -164,6 +164,25 @@ func TestDropResponseRecordsWhatTheClientMissed(t *testing.T) {
 	assert.NotContains(t, log[0].String(), "t1", "the log line never shows a body")
 }
 
+func TestFailAfterForwardActsThenFails(t *testing.T) {
+	up := newUpstream(t)
+	p := newProxy(t, up.URL)
+	held := 0
+	p.AddRule(Rule{Name: "500", Method: http.MethodPost, Times: 1, Fault: FailAfterForward(500, func() {
+		held = int(up.created.Load())
+	})})
+
+	resp, err := post(t, p.URL())
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 500, resp.StatusCode)
+	assert.Empty(t, body, "the server's answer never reaches the client")
+	assert.Equal(t, 1, held, "the server had acted when the hold ran")
+	require.Len(t, p.Log(), 1)
+	assert.Equal(t, http.StatusOK, p.Log()[0].Status, "what the server really answered")
+}
+
 func TestPassOnlyRecords(t *testing.T) {
 	up := newUpstream(t)
 	p := newProxy(t, up.URL)
@@ -250,6 +269,12 @@ func TestStreamFaults(t *testing.T) {
 		"duplicates": {fault: DuplicateFrames(), check: func(t *testing.T, lines []string) {
 			require.Len(t, lines, 11)
 			assert.Equal(t, lines[0], lines[1])
+		}},
+		"rewound sequence": {fault: RewindSequence(3), check: func(t *testing.T, lines []string) {
+			require.Len(t, lines, 6)
+			assert.Contains(t, lines[1], `"seq":2`)
+			assert.Contains(t, lines[2], `"seq":2`, "frame 3 goes back to seq 2")
+			assert.Contains(t, lines[3], `"seq":4`)
 		}},
 		"corrupt base64": {fault: CorruptBase64(2), check: func(t *testing.T, lines []string) {
 			require.Len(t, lines, 6)

@@ -7,10 +7,33 @@
 //
 //	CreateLease (or use Request.LeaseID)
 //	Execute
-//	  └─ lease unusable? DestroyLease(old) → AcquireFreshLease → Execute again,
-//	     at most MaxFreshLeases times, then fail with SandboxCompensationExhausted
+//	  └─ lease unusable? compensation (below): DestroyLease(old) →
+//	     AcquireFreshLease → Execute again
 //	DestroyLease + sweep of the run's orphans, always (unless KeepLease), even
 //	when the run failed or was cancelled
+//
+// # Compensation
+//
+// One policy, the same for RunCommand, Run and every command of a
+// SessionWorkflow, written once (compensation.go):
+//
+//   - A lease is unusable after a SandboxCleanupError (it may hold an
+//     orphan process) or a SandboxLeaseGone: sandbox.LeaseUnusable, read
+//     from the sandbox taxonomy (sandbox.Kinds). It is destroyed at once
+//     and never used again, whatever the budget — in a session also when
+//     it is found gone on resume or while idle.
+//   - A fresh lease (AcquireFreshLease: any lease after the run's first)
+//     then replaces it. Each command may take MaxFreshLeases of them (2 by
+//     default; a negative value disables compensation); they are counted
+//     as FreshLeases, in State, Result, SessionResult and SessionSummary.
+//   - A command that needs one more fails with SandboxCompensationExhausted
+//     (IsCompensationExhausted), non-retryable, with CompensationDetails
+//     naming the fresh leases taken and the leases destroyed, and wrapping
+//     the failure that cost the last lease.
+//
+// Which failures an activity retries is decided by the same taxonomy
+// (sandbox.NonRetryableTypes): the retry policies below list exactly its
+// non-retryable types.
 //
 // # Where each failure goes
 //
@@ -49,8 +72,8 @@
 //
 // Every non-retryable type of the sandbox taxonomy is also listed in the
 // retry policies' NonRetryableErrorTypes; activities mark each failure
-// retryable or not themselves, so the policies cannot get it wrong.
-// Request.ActivityOptions overrides any of these.
+// retryable or not themselves, from the same table, so the policies cannot
+// get it wrong. Request.ActivityOptions overrides any of these.
 //
 // # Sessions
 //
@@ -59,9 +82,9 @@
 // and the same compensation as RunCommand:
 //
 //	Update   input            returns         what it does
-//	execute  SessionCommand   SessionResult   runs the command; a cleanup error replaces the
-//	                                          lease, runs the command again on the fresh one and
-//	                                          sets WorkspaceReset
+//	execute  SessionCommand   SessionResult   runs the command; an unusable lease is replaced
+//	                                          (compensation), the command runs again on the fresh
+//	                                          one and WorkspaceReset is set
 //	pause    —                SessionState    pauses the lease (the next command resumes it)
 //	resume   —                SessionState    resumes it
 //	close    —                SessionSummary  runs what is queued, destroys the lease, ends
@@ -71,7 +94,11 @@
 // history; a closing session rejects every Update (SandboxSessionClosed).
 // An idle lease is paused after IdleTimeout (5 min). After CommandsPerRun
 // commands (200), or when Temporal suggests it, the session continues as
-// new, carrying its lease. Cancelling it destroys the lease; from a
+// new, carrying its lease and the answers to its last execute Updates: the
+// server deduplicates Update ids within one run only, so a repeat of an
+// Update on the next run (an UpdateSession activity retried after its
+// worker died) gets the recorded answer instead of running the command
+// again. Cancelling it destroys the lease; from a
 // workflow, OpenSession starts it as a child with the parent-close policy
 // REQUEST_CANCEL, so a parent that ends without closing it still releases
 // the lease. Any workflow can use a running session by its id
@@ -81,9 +108,19 @@
 // # In the Web UI
 //
 // Every activity carries a summary ("execute `make test` in lease sbx-1"),
-// the workflow's current details show its phase, lease and compensations,
+// the workflow's current details show its phase, lease and fresh leases,
 // and, where the namespace has them, the keyword search attributes
 // SandboxLeaseID and SandboxPhase find runs by lease or phase.
+//
+// # Layout
+//
+// Three kinds of code live here, in files named for what they hold:
+//
+//	workflow code (deterministic)   runcommand.go, session.go, compensation.go,
+//	                                session_answers.go, session_handle.go (Session),
+//	                                state.go, options.go, request.go, session_types.go
+//	the UpdateSession activity      activity_updatesession.go
+//	Go client helpers               client.go (SessionClient, StartSession)
 //
 // # Changing the workflow
 //

@@ -40,18 +40,11 @@ type ActivityOptions struct {
 	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
 }
 
-// Types that no activity retries: retrying cannot help, or (for cleanup
-// errors) must not happen on the same lease.
-func nonRetryableTypes() []string {
-	return []string{
-		sandbox.TypeCleanup,
-		sandbox.TypeInvalidInput,
-		sandbox.TypeProtocol,
-		sandbox.TypeOutputEvicted,
-		sandbox.TypeLeaseGone,
-		sandbox.TypePaymentRequired,
-	}
-}
+// nonRetryableTypes are the types that no activity retries: retrying
+// cannot help, or (for cleanup errors) must not happen on the same lease.
+// They come from the sandbox taxonomy (sandbox.Kinds), the one place that
+// says so; the activities mark each failure from the same table.
+func nonRetryableTypes() []string { return sandbox.NonRetryableTypes() }
 
 // leaseOptions are the defaults of CreateLease and AcquireFreshLease: a new
 // sandbox may take a while to reach running, the activity heartbeats while

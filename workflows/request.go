@@ -26,9 +26,9 @@ type Request struct {
 	// creating one. If that lease turns out to be unusable, compensation
 	// replaces it with a fresh lease made from Lease, like any other.
 	LeaseID string `json:"leaseId,omitempty"`
-	// MaxFreshLeases bounds compensation: how many times an unusable lease
-	// may be destroyed and replaced. Zero means DefaultMaxFreshLeases; a
-	// negative value disables compensation.
+	// MaxFreshLeases bounds compensation: how many fresh leases the
+	// command may take to replace an unusable one. Zero means
+	// DefaultMaxFreshLeases; a negative value disables compensation.
 	MaxFreshLeases int `json:"maxFreshLeases,omitempty"`
 	// KeepLease leaves the lease the command ran on alive at the end (the
 	// caller then owns it). Orphans are still swept.
@@ -79,8 +79,8 @@ type Result struct {
 	// LeaseID is the lease the command ran on (destroyed by now unless
 	// Request.KeepLease).
 	LeaseID string `json:"leaseId"`
-	// FreshLeases counts the compensations: leases taken to replace an
-	// unusable one.
+	// FreshLeases counts the fresh leases taken to replace an unusable
+	// one (compensation).
 	FreshLeases int `json:"freshLeases"`
 	// DestroyedLeases lists every lease the run destroyed, in order.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`

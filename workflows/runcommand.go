@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -15,17 +14,6 @@ import (
 
 // WorkflowName is the registered name of RunCommand.
 const WorkflowName = "sandboxflow.RunCommand"
-
-// TypeCompensationExhausted is the error type of a run that used up its
-// fresh leases and still could not run the command.
-const TypeCompensationExhausted = "SandboxCompensationExhausted"
-
-// CompensationDetails are the details of a SandboxCompensationExhausted
-// error.
-type CompensationDetails struct {
-	FreshLeases     int      `json:"freshLeases"`
-	DestroyedLeases []string `json:"destroyedLeases"`
-}
 
 // RunCommand is the workflow: it runs Request.Command on a lease, replaces
 // the lease when it becomes unusable, and always releases what it leased.
@@ -74,6 +62,8 @@ type run struct {
 	// nextGeneration is the generation of the next lease to acquire: 0
 	// means CreateLease, anything else AcquireFreshLease.
 	nextGeneration int
+	// compensation replaces the lease when it turns unusable.
+	compensation compensation
 }
 
 func newRun(req Request, runKey string) *run {
@@ -84,6 +74,7 @@ func newRun(req Request, runKey string) *run {
 		state:     State{MaxFreshLeases: req.maxFreshLeases()},
 		publisher: publisher{command: summarize(req.Command.String())},
 	}
+	r.compensation = compensation{r: r, max: r.state.MaxFreshLeases}
 	if req.LeaseID != "" {
 		r.lease = &sandbox.Lease{ID: req.LeaseID}
 		r.state.LeaseID = req.LeaseID
@@ -118,17 +109,22 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 }
 
 // runWithCompensation gets a lease and runs the command on it. When the
-// lease turns out to be unusable (see compensable) it destroys it, takes a
-// fresh one and runs the command again, at most MaxFreshLeases times.
+// lease turns out to be unusable it gives it up, takes a fresh one and runs
+// the command again, as the compensation policy allows.
 func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
 	if r.lease != nil {
 		r.publisher.publish(ctx, r.state)
 	}
-	replaced := ""
-	for fresh := 0; ; fresh++ {
+	c := &r.compensation
+	c.begin()
+	for {
 		var err error
-		if r.lease == nil {
-			err = r.acquire(ctx, fresh, replaced)
+		switch {
+		case r.lease != nil:
+		case r.nextGeneration == 0:
+			err = r.acquire(ctx, 0, "")
+		default:
+			err = c.replace(ctx)
 		}
 		if r.lease != nil {
 			var res sandbox.Result
@@ -136,55 +132,19 @@ func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
 				return Result{Result: res}, nil
 			}
 		}
-		if !compensable(err) {
+		if !c.unusable(err) {
 			return Result{}, err
 		}
-		r.state.LastError = err.Error()
-		workflow.GetLogger(ctx).Warn("lease unusable; compensating", "lease", r.state.LeaseID, "error", err)
-		if r.lease != nil {
-			// Never run on this lease again: it may hold an orphan.
-			if replaced, err = r.discard(ctx); err != nil {
-				return Result{}, err
-			}
+		if err := c.giveUp(ctx, err); err != nil {
+			return Result{}, err
 		}
-		if fresh >= r.state.MaxFreshLeases {
-			return Result{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", fresh, r.state.DestroyedLeases),
-				TypeCompensationExhausted, err,
-				CompensationDetails{FreshLeases: fresh, DestroyedLeases: slices.Clone(r.state.DestroyedLeases)})
-		}
-		r.state.FreshLeases++
 	}
-}
-
-// discard destroys the lease in use, which must not be used again, and
-// returns its id.
-func (r *run) discard(ctx workflow.Context) (string, error) {
-	id := r.lease.ID
-	r.setPhase(ctx, PhaseCompensating)
-	if err := r.destroy(ctx, id); err != nil {
-		return "", err
-	}
-	r.lease = nil
-	r.setLease(ctx, "")
-	return id, nil
-}
-
-// compensable reports whether err leaves the lease unusable, so that the
-// remedy is a fresh lease: a cleanup error (the lease may hold an orphan)
-// or a lease that is gone.
-func compensable(err error) bool {
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) {
-		return false
-	}
-	return appErr.Type() == sandbox.TypeCleanup || appErr.Type() == sandbox.TypeLeaseGone
 }
 
 // acquire gets the lease of the next generation: CreateLease for the
 // first, AcquireFreshLease (which also sweeps earlier generations) for the
-// others. fresh counts the fresh leases this command has taken so far;
-// replacing names the lease it replaces, if any.
+// others. fresh numbers the fresh lease among the command's (0 for the
+// first lease); replacing names the lease it replaces, if any.
 func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 	var lease sandbox.Lease
 	var err error
@@ -209,7 +169,10 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 			opts.Summary += " replacing " + replacing
 		}
 		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameAcquireFreshLease,
-			activities.AcquireFreshLeaseInput{Replacing: replacing, Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
+			// No Replacing: the lease given up is destroyed already
+			// (compensation.giveUp); destroying it again on every attempt
+			// would only cost requests.
+			activities.AcquireFreshLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
 	}
 	if err != nil {
 		return err

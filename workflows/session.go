@@ -17,9 +17,11 @@ import (
 // time, in the order their Updates were accepted:
 //
 //	UpdateExecute   run a command (validated before it enters history);
-//	                a cleanup error replaces the lease, as in RunCommand, runs
-//	                the command again on the fresh one and says so in
-//	                SessionResult.WorkspaceReset
+//	                an unusable lease is replaced (compensation, as in
+//	                RunCommand), the command runs again on the fresh one and
+//	                SessionResult.WorkspaceReset says so; a repeat of an
+//	                answered Update, even after a continue-as-new, gets the
+//	                recorded answer
 //	UpdatePause     pause the lease; UpdateResume resumes it (the next
 //	                command also resumes it by itself)
 //	UpdateClose     run what is queued, destroy the lease, end the session
@@ -61,6 +63,9 @@ type session struct {
 	closing     bool // close was accepted (or the session was cancelled)
 	commands    int  // commands run, across continue-as-new
 	runCommands int  // commands run by this run
+	// answers are the execute Updates answered lately, across
+	// continue-as-new (session_answers.go).
+	answers []AnsweredUpdate
 }
 
 // operation is an accepted Update waiting for, or given, its turn.
@@ -87,6 +92,7 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 		paused:      carried.Paused,
 		hadLease:    carried.HadLease || req.LeaseID != "", // the caller's workspace
 		commands:    carried.Commands,
+		answers:     carried.Answered,
 	}
 	s.r = newRun(Request{
 		Lease:           req.Lease,
@@ -119,7 +125,13 @@ func (s *session) register(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateExecute,
 		func(ctx workflow.Context, cmd SessionCommand) (SessionResult, error) {
+			id := workflow.GetCurrentUpdateInfo(ctx).ID
+			if a, ok := s.answered(id); ok {
+				// A repeat of an Update answered before a continue-as-new.
+				return a.Result, a.Error.err()
+			}
 			op, err := s.perform(ctx, &operation{kind: UpdateExecute, command: cmd})
+			s.remember(id, op.result, err)
 			return op.result, err
 		},
 		workflow.UpdateHandlerOptions{Validator: func(cmd SessionCommand) error {
@@ -285,8 +297,9 @@ func (s *session) execute(ctx workflow.Context, cmd SessionCommand) (SessionResu
 
 // ready makes sure the lease, if there is one, runs: a paused lease is
 // resumed, and a lease the session did not create is looked up (its
-// workspace learnt). A lease that turns out to be gone is destroyed for
-// good and counted as replaced; the command then takes a fresh one.
+// workspace learnt). A lease that turns out to be unusable is given up;
+// the command then takes a fresh one, within its budget, as compensation
+// has it.
 func (s *session) ready(ctx workflow.Context) error {
 	r := s.r
 	if r.lease == nil || (!s.paused && r.lease.Workspace != "") {
@@ -299,13 +312,11 @@ func (s *session) ready(ctx workflow.Context) error {
 		r.lease, s.paused = &lease, false
 		r.setPhase(ctx, PhaseIdle)
 		return nil
-	case compensable(err):
-		r.state.LastError = err.Error()
-		if _, err := r.discard(ctx); err != nil {
+	case r.compensation.unusable(err):
+		if err := r.compensation.giveUp(ctx, err); err != nil {
 			return err
 		}
 		s.paused = false
-		r.state.FreshLeases++
 		return nil
 	}
 	return err
@@ -323,13 +334,13 @@ func (s *session) pause(ctx workflow.Context) error {
 	case err == nil:
 		s.paused = true
 		r.setPhase(ctx, PhasePaused)
-	case compensable(err):
-		// Gone while idle: the next command takes a fresh lease.
-		r.state.LastError = err.Error()
-		if _, derr := r.discard(ctx); derr != nil {
+	case r.compensation.unusable(err):
+		// Gone while idle: given up; the next command takes a fresh
+		// lease, within its budget.
+		if derr := r.compensation.giveUp(ctx, err); derr != nil {
 			return derr
 		}
-		r.state.FreshLeases++
+		s.paused = false
 		r.setPhase(ctx, PhaseIdle)
 		return nil
 	default:
@@ -380,6 +391,7 @@ func (s *session) carry() SessionRequest {
 		Commands:        s.commands,
 		FreshLeases:     s.r.state.FreshLeases,
 		DestroyedLeases: lastLeases(s.r.state.DestroyedLeases),
+		Answered:        s.answers,
 	}
 	return next
 }
@@ -410,7 +422,7 @@ func (s *session) describe(state State) string {
 	if len(s.queue) > 0 {
 		fmt.Fprintf(&b, " · %d queued", len(s.queue))
 	}
-	fmt.Fprintf(&b, " · leases replaced %d", state.FreshLeases)
+	fmt.Fprintf(&b, " · fresh leases %d", state.FreshLeases)
 	if state.LastError != "" {
 		fmt.Fprintf(&b, " · last failure: %s", state.LastError)
 	}

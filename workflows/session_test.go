@@ -54,14 +54,19 @@ func (u *updates) send(delay time.Duration, calls ...updateCall) []*updateOutcom
 		for i, call := range calls {
 			o := outcomes[i]
 			u.n++
-			u.h.env.UpdateWorkflow(call.name, fmt.Sprintf("update-%d", u.n), &testsuite.TestUpdateCallback{
-				OnAccept:   func() { o.accepted = true },
-				OnReject:   func(err error) { o.rejected, o.rejection = true, err },
-				OnComplete: func(v any, err error) { o.completed, o.value, o.err = true, v, err },
-			}, call.args...)
+			u.h.env.UpdateWorkflow(call.name, fmt.Sprintf("update-%d", u.n), o.callback(), call.args...)
 		}
 	}, delay)
 	return outcomes
+}
+
+// callback records an Update's outcome in o.
+func (o *updateOutcome) callback() *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnAccept:   func() { o.accepted = true },
+		OnReject:   func(err error) { o.rejected, o.rejection = true, err },
+		OnComplete: func(v any, err error) { o.completed, o.value, o.err = true, v, err },
+	}
 }
 
 type updateCall struct {
@@ -138,7 +143,7 @@ func TestSessionCompensatesACleanupErrorAndSaysTheWorkspaceWasReset(t *testing.T
 	gomock.InOrder(
 		h.provider.EXPECT().Execute(gomock.Any(), leaseWithID("sbx-1"), gomock.Any(), gomock.Any()).DoAndReturn(e.execute),
 		h.provider.EXPECT().Execute(gomock.Any(), leaseWithID("sbx-1"), gomock.Any(), gomock.Any()).Return(sandbox.Result{}, cleanupError("sbx-1")),
-		h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil).Times(2), // discarded; confirmed gone by AcquireFreshLease
+		h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil), // given up, once
 		h.provider.EXPECT().Execute(gomock.Any(), leaseWithID("sbx-2"), gomock.Any(), gomock.Any()).DoAndReturn(e.execute).Times(2),
 		h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-2").Return(nil),
 	)
@@ -268,7 +273,7 @@ func TestSessionContinuesAsNewCarryingItsLease(t *testing.T) {
 	var e2 echo
 	h2.provider.EXPECT().Execute(gomock.Any(), leaseWithID("sbx-1"), gomock.Any(), gomock.Any()).DoAndReturn(e2.execute)
 	h2.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil)
-	u2 := &updates{h: h2}
+	u2 := &updates{h: h2, n: u.n} // new Update ids: the old ones are answered already
 	third := u2.send(time.Second, execCall("three"), closeCall)
 	summary, err := h2.runSession(next)
 	require.NoError(t, err)

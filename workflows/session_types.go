@@ -75,6 +75,9 @@ type SessionCarried struct {
 	FreshLeases    int            `json:"freshLeases"`
 	// DestroyedLeases keeps the last few leases destroyed, for the state.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// Answered are the last execute Updates answered, so that a repeat
+	// of one on the next run gets its answer instead of running again.
+	Answered []AnsweredUpdate `json:"answered,omitempty"`
 }
 
 // Validate checks the request without running anything.

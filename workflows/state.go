@@ -44,12 +44,13 @@ type State struct {
 	Phase Phase `json:"phase"`
 	// LeaseID is the lease in use.
 	LeaseID string `json:"leaseId,omitempty"`
-	// FreshLeases counts compensations so far, out of MaxFreshLeases.
+	// FreshLeases counts the fresh leases taken so far (compensation);
+	// each command may take MaxFreshLeases.
 	FreshLeases    int `json:"freshLeases"`
 	MaxFreshLeases int `json:"maxFreshLeases"`
 	// DestroyedLeases lists the leases destroyed so far.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
-	// LastError is the failure that caused the latest compensation.
+	// LastError is the failure that made the latest lease unusable.
 	LastError string `json:"lastError,omitempty"`
 }
 

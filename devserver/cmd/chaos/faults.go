@@ -42,6 +42,7 @@ func faultKinds(stall time.Duration) []faultKind {
 		{"connect 429", http.MethodGet, connect, limited},
 		{"stream cut", http.MethodGet, connect, testsuite.CutStream(2, 0)},
 		{"sequence gap", http.MethodGet, connect, testsuite.SequenceGap(2)},
+		{"sequence rewound", http.MethodGet, connect, testsuite.RewindSequence(2)},
 		{"duplicate frames", http.MethodGet, connect, testsuite.DuplicateFrames()},
 
 		{"process kill 503", http.MethodDelete, process, unavailable},
@@ -50,6 +51,8 @@ func faultKinds(stall time.Duration) []faultKind {
 		{"exec 429", http.MethodPost, sandbox + "/exec", limited},
 		{"file upload 503", http.MethodPut, sandbox + "/files", unavailable},
 		{"file upload 429", http.MethodPut, sandbox + "/files", limited},
+		{"file upload stored, then 500", http.MethodPut, sandbox + "/files", testsuite.FailAfterForward(http.StatusInternalServerError, nil)},
+		{"lost file upload response", http.MethodPut, sandbox + "/files", testsuite.DropResponse()},
 		{"stdin close 429", http.MethodPost, process + "/stdin/close", limited},
 		{"sandbox destroy 503", http.MethodDelete, sandbox, unavailable},
 		{"sandbox destroy 429", http.MethodDelete, sandbox, limited},

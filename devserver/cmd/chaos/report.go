@@ -26,12 +26,13 @@ import (
 
 // typedErrors are the error types a run may fail with: the sandbox
 // taxonomy and the workflow's own.
-var typedErrors = map[string]bool{
-	sandbox.TypeCleanup: true, sandbox.TypeConnectionExhausted: true, sandbox.TypeOutputEvicted: true,
-	sandbox.TypeProtocol: true, sandbox.TypeInvalidInput: true, sandbox.TypeAPI: true,
-	sandbox.TypeLeaseGone: true, sandbox.TypeUnavailable: true, sandbox.TypePaymentRequired: true,
-	workflows.TypeCompensationExhausted: true,
-}
+var typedErrors = func() map[string]bool {
+	types := map[string]bool{workflows.TypeCompensationExhausted: true}
+	for _, k := range sandbox.Kinds() {
+		types[k.Type] = true
+	}
+	return types
+}()
 
 // report is what the soak found.
 type report struct {
@@ -41,8 +42,12 @@ type report struct {
 	lost            []string       // runs that neither completed nor failed with a typed error
 	wrongOutput     []string       // runs that completed with output other than the command's
 	compensations   int            // fresh leases taken, over all runs
-	leakedLeases    int
-	orphans         int // processes of the server's sandboxes alive on the machine, or counted by the server
+	// leases counts the lease activities by name (CreateLease: first
+	// creates; AcquireFreshLease: compensations): scheduled and
+	// completed.
+	leases       map[string]*activityCount
+	leakedLeases int
+	orphans      int // processes of the server's sandboxes alive on the machine, or counted by the server
 	// duplicates counts the commands that ran more than once; the extra
 	// runs are classified by what explains them.
 	duplicates  int
@@ -54,9 +59,10 @@ type report struct {
 
 // Classes of extra runs of a command.
 const (
-	extraCompensation = "compensation after an unconfirmed kill or a vanished lease"
-	extraExhaustion   = "retry after the output connection was exhausted"
-	extraUnexplained  = "unexplained"
+	extraUnconfirmedKill = "compensation after an unconfirmed kill"
+	extraVanishedLease   = "compensation after the lease vanished"
+	extraExhaustion      = "retry after the output connection was exhausted"
+	extraUnexplained     = "unexplained"
 )
 
 func (r *report) failed() bool {
@@ -65,7 +71,8 @@ func (r *report) failed() bool {
 
 // analyse checks what the runs left behind and classifies their outcomes.
 func analyse(ctx context.Context, s *stack.Stack, proxy *testsuite.FaultProxy, outcomes []*outcome) (*report, error) {
-	r := &report{runs: len(outcomes), typed: map[string]int{}, extra: map[string]int{}, faults: map[string]int{}}
+	r := &report{runs: len(outcomes), typed: map[string]int{}, extra: map[string]int{}, faults: map[string]int{},
+		leases: map[string]*activityCount{activities.NameCreateLease: {}, activities.NameAcquireFreshLease: {}}}
 	if err := r.countLeaks(s.Sandbox); err != nil {
 		return nil, err
 	}
@@ -83,7 +90,10 @@ func analyse(ctx context.Context, s *stack.Stack, proxy *testsuite.FaultProxy, o
 		if err != nil {
 			return nil, err
 		}
-		r.compensations += h.freshLeases
+		r.compensations += h.leases[activities.NameAcquireFreshLease].scheduled
+		for name, c := range h.leases {
+			r.leases[name].add(c)
+		}
 		if ran := ranBy[o.marker]; len(ran) > 1 {
 			r.duplicates++
 			r.explain(o, ran, h, faultLog)
@@ -153,9 +163,42 @@ func runsByMarker(records []localsandbox.ProcessRecord) map[string][]localsandbo
 	return out
 }
 
+// activityCount counts activities of one kind: scheduled, completed
+// (after any number of attempts), and how the others ended.
+type activityCount struct {
+	scheduled, completed int
+	failed               map[string]int // by failure type, "timeout" for a timeout
+}
+
+func (c *activityCount) fail(how string) {
+	if c.failed == nil {
+		c.failed = map[string]int{}
+	}
+	c.failed[how]++
+}
+
+func (c *activityCount) add(o *activityCount) {
+	c.scheduled += o.scheduled
+	c.completed += o.completed
+	for how, n := range o.failed {
+		for range n {
+			c.fail(how)
+		}
+	}
+}
+
+// rate renders completed/scheduled and the failures.
+func (c *activityCount) rate() string {
+	if c.scheduled == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d (%.0f%%)%s", c.completed, c.scheduled, 100*float64(c.completed)/float64(c.scheduled), breakdown(c.failed))
+}
+
 // runHistory is what a workflow's history tells of its compensations.
 type runHistory struct {
-	freshLeases int
+	// leases counts its CreateLease and AcquireFreshLease activities.
+	leases map[string]*activityCount
 	// killUnconfirmed holds the leases on which an Execute could not
 	// confirm the kill of its command's process.
 	killUnconfirmed map[string]bool
@@ -164,7 +207,8 @@ type runHistory struct {
 }
 
 func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, error) {
-	h := runHistory{killUnconfirmed: map[string]bool{}}
+	h := runHistory{killUnconfirmed: map[string]bool{},
+		leases: map[string]*activityCount{activities.NameCreateLease: {}, activities.NameAcquireFreshLease: {}}}
 	names := map[int64]string{}
 	it := s.Client.GetWorkflowHistory(ctx, o.run.GetID(), o.run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
@@ -174,11 +218,26 @@ func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, e
 		}
 		if a := event.GetActivityTaskScheduledEventAttributes(); a != nil {
 			names[event.GetEventId()] = a.GetActivityType().GetName()
-			if a.GetActivityType().GetName() == activities.NameAcquireFreshLease {
-				h.freshLeases++
+			if c := h.leases[a.GetActivityType().GetName()]; c != nil {
+				c.scheduled++
+			}
+		}
+		if a := event.GetActivityTaskCompletedEventAttributes(); a != nil {
+			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
+				c.completed++
+			}
+		}
+		if a := event.GetActivityTaskTimedOutEventAttributes(); a != nil {
+			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
+				c.fail("timeout")
 			}
 		}
 		a := event.GetActivityTaskFailedEventAttributes()
+		if a != nil {
+			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
+				c.fail(a.GetFailure().GetApplicationFailureInfo().GetType())
+			}
+		}
 		if a == nil || names[a.GetScheduledEventId()] != activities.NameExecute {
 			continue
 		}
@@ -208,8 +267,10 @@ func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHist
 		before, again := ran[i-1], ran[i]
 		class := extraUnexplained
 		switch {
-		case before.LeaseID != again.LeaseID && (h.killUnconfirmed[before.LeaseID] || h.leaseVanished):
-			class = extraCompensation
+		case before.LeaseID != again.LeaseID && h.killUnconfirmed[before.LeaseID]:
+			class = extraUnconfirmedKill
+		case before.LeaseID != again.LeaseID && h.leaseVanished:
+			class = extraVanishedLease
 		case before.LeaseID == again.LeaseID && connectFaults(faultLog, before.ProcessID) >= 4:
 			class = extraExhaustion
 		}
@@ -241,7 +302,10 @@ func (r *report) print(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "| runs | %d |\n", r.runs)
 	fmt.Fprintf(w, "| succeeded | %d |\n", r.succeeded)
 	fmt.Fprintf(w, "| typed failures | %d%s |\n", sum(r.typed), breakdown(r.typed))
-	fmt.Fprintf(w, "| compensations (sum of FreshLeases) | %d |\n", r.compensations)
+	fmt.Fprintf(w, "| fresh leases (compensations, sum of FreshLeases) | %d |\n", r.compensations)
+	first, fresh := r.leases[activities.NameCreateLease], r.leases[activities.NameAcquireFreshLease]
+	fmt.Fprintf(w, "| first creates that succeeded (CreateLease) | %s |\n", first.rate())
+	fmt.Fprintf(w, "| fresh leases that succeeded (AcquireFreshLease) | %s |\n", fresh.rate())
 	fmt.Fprintf(w, "| leaked leases | %d |\n", r.leakedLeases)
 	fmt.Fprintf(w, "| orphan processes | %d |\n", r.orphans)
 	fmt.Fprintf(w, "| duplicate executions | %d commands, %d extra runs%s |\n", r.duplicates, sum(r.extra), breakdown(r.extra))

@@ -1,13 +1,16 @@
 package workflows
 
+// This file is the UpdateSession activity: ordinary Go code that runs on a
+// worker, not workflow code. Workflows reach it through Session
+// (session_handle.go).
+
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -72,37 +75,33 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	if err == nil {
 		return out, nil
 	}
-	// The session answered (a rejection, the command's own failure, or it
-	// is no longer running): asking again would get the same answer.
+	return UpdateSessionOutput{}, passOn(err)
+}
+
+// passOn turns the failure of an Update into the activity's: when the
+// session answered (a rejection, the command's own failure, or it is no
+// longer running), asking again would get the same answer, so it is
+// non-retryable, with its type, message, cause and details kept.
+func passOn(err error) error {
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
 	switch {
 	case errors.As(err, &appErr):
-		return UpdateSessionOutput{}, temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
-			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr)})
+		return temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
+			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr), Details: detailsOf(appErr)})
 	case errors.As(err, &canceled):
-		return UpdateSessionOutput{}, temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
-	}
-	return UpdateSessionOutput{}, err
-}
-
-// sendUpdate sends an Update to a session and waits for its outcome,
-// decoded into out. A session that is not running (closed, cancelled, or
-// never started) is an ApplicationError of type SandboxSessionClosed.
-func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name string, out any, args ...any) error {
-	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   sessionID,
-		UpdateID:     updateID,
-		UpdateName:   name,
-		Args:         args,
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = handle.Get(ctx, out)
-	}
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("session %s is not running", sessionID), TypeSessionClosed, err)
+		return temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
 	}
 	return err
+}
+
+// detailsOf returns the details of appErr as they are (CompensationDetails,
+// CleanupDetails, …), to be passed on unchanged. The errors of this
+// package carry one detail at most.
+func detailsOf(appErr *temporal.ApplicationError) []any {
+	var raw converter.RawValue
+	if !appErr.HasDetails() || appErr.Details(&raw) != nil {
+		return nil
+	}
+	return []any{raw}
 }

@@ -1,10 +1,17 @@
 package workflows
 
+// This file is the Go client side of sessions, for ordinary Go code (a CLI,
+// a service) and for the UpdateSession activity: not workflow code.
+
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 )
 
 // SessionClient drives a session from ordinary Go code (a CLI, a service):
@@ -90,3 +97,24 @@ func (s *SessionClient) State(ctx context.Context) (SessionState, error) {
 }
 
 func newUpdateID() string { return "sandboxflow-" + rand.Text() }
+
+// sendUpdate sends an Update to a session and waits for its outcome,
+// decoded into out. A session that is not running (closed, cancelled, or
+// never started) is an ApplicationError of type SandboxSessionClosed.
+func sendUpdate(ctx context.Context, c client.Client, sessionID, updateID, name string, out any, args ...any) error {
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   sessionID,
+		UpdateID:     updateID,
+		UpdateName:   name,
+		Args:         args,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, out)
+	}
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("session %s is not running", sessionID), TypeSessionClosed, err)
+	}
+	return err
+}

@@ -1,0 +1,186 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+)
+
+// Retry says whether an operation that failed with an error of a kind may
+// succeed when it is simply tried again on the same lease.
+type Retry int
+
+const (
+	// RetryNever: trying again cannot help, or (for a cleanup error) must
+	// not happen on that lease.
+	RetryNever Retry = iota + 1
+	// RetryAlways: the failure is transient.
+	RetryAlways
+	// RetryByStatus: an *APIError is retried on 5xx and 429 only.
+	RetryByStatus
+)
+
+// Kind is one entry of the failure taxonomy. The table of kinds (Kinds) is
+// the one place that says which failure is retried and which leaves the
+// lease unusable; Retryable, NonRetryableTypes and LeaseUnusable read it,
+// and so do the activities and the workflows' retry policies.
+type Kind struct {
+	// Type is the stable type name (a Type* constant).
+	Type string
+	// Retry says whether the same operation may be tried again.
+	Retry Retry
+	// LeaseUnusable: the lease must never be used again (it may hold an
+	// orphan process, or it is gone). The remedy is a fresh lease: a
+	// compensation.
+	LeaseUnusable bool
+	// is reports whether err's chain holds an error of this kind.
+	is func(err error) bool
+}
+
+// kinds is the taxonomy, in the order ErrorType looks for them: cleanup
+// errors come first, because they wrap the failure that caused them and
+// the lease's state matters more than that cause.
+var kinds = []Kind{
+	{Type: TypeCleanup, Retry: RetryNever, LeaseUnusable: true, is: has[*CleanupError]},
+	{Type: TypeConnectionExhausted, Retry: RetryAlways, is: has[*ConnectionExhaustedError]},
+	{Type: TypeOutputEvicted, Retry: RetryNever, is: has[*OutputEvictedError]},
+	{Type: TypeProtocol, Retry: RetryNever, is: has[*ProtocolError]},
+	{Type: TypeInvalidInput, Retry: RetryNever, is: has[*InvalidInputError]},
+	{Type: TypeLeaseGone, Retry: RetryNever, LeaseUnusable: true, is: has[*LeaseGoneError]},
+	{Type: TypePaymentRequired, Retry: RetryNever, is: has[*PaymentRequiredError]},
+	{Type: TypeAPI, Retry: RetryByStatus, is: has[*APIError]},
+	{Type: TypeUnavailable, Retry: RetryAlways, is: has[*UnavailableError]},
+}
+
+func has[T error](err error) bool {
+	var target T
+	return errors.As(err, &target)
+}
+
+// Kinds returns the failure taxonomy, in the order of precedence of
+// ErrorType.
+func Kinds() []Kind { return append([]Kind(nil), kinds...) }
+
+// NonRetryableTypes returns the type names that are never retried: what a
+// Temporal retry policy's NonRetryableErrorTypes should list.
+func NonRetryableTypes() []string {
+	var out []string
+	for _, k := range kinds {
+		if k.Retry == RetryNever {
+			out = append(out, k.Type)
+		}
+	}
+	return out
+}
+
+// typed is an error that names its type, as a Temporal ApplicationError
+// does (Type) and, optionally, its retryability (NonRetryable): the form
+// in which an activity's failure reaches a workflow or a client.
+type typed interface {
+	error
+	Type() string
+}
+
+type nonRetryable interface{ NonRetryable() bool }
+
+// kindOf returns the kind of err: that of a typed error of this package in
+// its chain, or else that of the first error in the chain that names a
+// type (a Temporal ApplicationError), which it also returns, if the name
+// is one of the taxonomy. Only the first named error counts, as only the
+// top-level failure counts for Temporal's retries: a
+// SandboxCompensationExhausted that wraps the SandboxCleanupError behind
+// it is not a cleanup error.
+func kindOf(err error) (Kind, error, bool) {
+	if err == nil {
+		return Kind{}, nil, false
+	}
+	for _, k := range kinds {
+		if k.is(err) {
+			return k, nil, true
+		}
+	}
+	var t typed
+	if errors.As(err, &t) {
+		for _, k := range kinds {
+			if k.Type == t.Type() {
+				return k, t, true
+			}
+		}
+	}
+	return Kind{}, nil, false
+}
+
+// ErrorType returns the type name (a Type* constant) of the first error in
+// err's chain that belongs to the taxonomy, or "" if none does. An error
+// that names its type, as a Temporal ApplicationError does, counts by that
+// name.
+func ErrorType(err error) string {
+	k, _, _ := kindOf(err)
+	return k.Type
+}
+
+// Retryable reports whether the operation that failed with err may succeed
+// if it is simply tried again on the same lease. Errors outside the
+// taxonomy are retryable, except the caller's own context ending. An
+// error that names its type and says whether it is retryable (a Temporal
+// ApplicationError) is taken at its word.
+func Retryable(err error) bool {
+	k, named, ok := kindOf(err)
+	switch {
+	case !ok:
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	case named != nil:
+		if nr, ok := named.(nonRetryable); ok {
+			return !nr.NonRetryable()
+		}
+	case k.Retry == RetryByStatus:
+		var api *APIError
+		errors.As(err, &api)
+		return api.Retryable()
+	}
+	return k.Retry == RetryAlways
+}
+
+// LeaseUnusable reports whether err leaves the lease it happened on
+// unusable (a cleanup error, a lease that is gone): destroy the lease and
+// take a fresh one, never retry on it.
+func LeaseUnusable(err error) bool {
+	k, _, ok := kindOf(err)
+	return ok && k.LeaseUnusable
+}
+
+// The Is… functions report whether err's chain holds a failure of one
+// kind, as a typed error of this package or as an error that names the
+// kind's type (a Temporal ApplicationError from an activity or a
+// workflow), in the style of the Temporal SDK's temporal.Is… functions.
+// Use errors.As to reach the details of a typed error.
+
+// IsCleanupError: the lease may hold an orphan process (SandboxCleanupError).
+func IsCleanupError(err error) bool { return ErrorType(err) == TypeCleanup }
+
+// IsConnectionExhaustedError: the output stream could not be attached
+// (OutputConnectionError).
+func IsConnectionExhaustedError(err error) bool { return ErrorType(err) == TypeConnectionExhausted }
+
+// IsOutputEvictedError: output was lost from the server's journal
+// (SandboxOutputEvicted).
+func IsOutputEvictedError(err error) bool { return ErrorType(err) == TypeOutputEvicted }
+
+// IsProtocolError: the server broke the wire contract (SandboxProtocolError).
+func IsProtocolError(err error) bool { return ErrorType(err) == TypeProtocol }
+
+// IsInvalidInputError: the request was rejected before anything was sent
+// (SandboxInvalidInput).
+func IsInvalidInputError(err error) bool { return ErrorType(err) == TypeInvalidInput }
+
+// IsAPIError: the server answered with a failure status (SandboxAPIError).
+func IsAPIError(err error) bool { return ErrorType(err) == TypeAPI }
+
+// IsLeaseGoneError: the lease no longer exists (SandboxLeaseGone).
+func IsLeaseGoneError(err error) bool { return ErrorType(err) == TypeLeaseGone }
+
+// IsUnavailableError: the server could not be reached or did not answer in
+// time (SandboxUnavailable).
+func IsUnavailableError(err error) bool { return ErrorType(err) == TypeUnavailable }
+
+// IsPaymentRequiredError: the account has no credit (SandboxPaymentRequired).
+func IsPaymentRequiredError(err error) bool { return ErrorType(err) == TypePaymentRequired }

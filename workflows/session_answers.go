@@ -1,0 +1,95 @@
+package workflows
+
+import (
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// A session remembers the execute Updates it answered, by Update id, and
+// carries them across continue-as-new: the server deduplicates Update ids
+// within one run only, so a repeat that lands on the next run (an
+// UpdateSession activity retried after its worker died) would otherwise
+// run its command again. A repeat gets the recorded answer instead.
+//
+// The memory is bounded: the last maxRememberedUpdates answers, and at
+// most maxRememberedOutput bytes of their output in all; the output of
+// older answers is dropped first (their Result then has Truncated set).
+const (
+	maxRememberedUpdates = 32
+	maxRememberedOutput  = 256 << 10
+)
+
+// AnsweredUpdate is an execute Update that a session answered.
+type AnsweredUpdate struct {
+	// ID is the Update id.
+	ID     string        `json:"id"`
+	Result SessionResult `json:"result"`
+	// Error is the failure it was answered with, if any.
+	Error *AnsweredError `json:"error,omitempty"`
+}
+
+// AnsweredError is the failure an Update was answered with.
+type AnsweredError struct {
+	Type         string `json:"type,omitempty"`
+	Message      string `json:"message"`
+	NonRetryable bool   `json:"nonRetryable,omitempty"`
+	// Compensation holds the details of a SandboxCompensationExhausted.
+	Compensation *CompensationDetails `json:"compensation,omitempty"`
+}
+
+// answered returns the recorded answer to Update id, if there is one.
+func (s *session) answered(id string) (AnsweredUpdate, bool) {
+	for _, a := range s.answers {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return AnsweredUpdate{}, false
+}
+
+// remember records the answer to Update id.
+func (s *session) remember(id string, res SessionResult, err error) {
+	if id == "" {
+		return
+	}
+	s.answers = append(s.answers, AnsweredUpdate{ID: id, Result: res, Error: recordError(err)})
+	s.answers = s.answers[max(0, len(s.answers)-maxRememberedUpdates):]
+	total := 0
+	for _, a := range s.answers {
+		total += len(a.Result.Stdout) + len(a.Result.Stderr)
+	}
+	for i := 0; total > maxRememberedOutput && i < len(s.answers); i++ {
+		r := &s.answers[i].Result
+		total -= len(r.Stdout) + len(r.Stderr)
+		r.Stdout, r.Stderr, r.Truncated = "", "", true
+	}
+}
+
+func recordError(err error) *AnsweredError {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return &AnsweredError{Message: err.Error(), NonRetryable: true}
+	}
+	rec := &AnsweredError{Type: appErr.Type(), Message: appErr.Message(), NonRetryable: appErr.NonRetryable()}
+	var details CompensationDetails
+	if appErr.Type() == TypeCompensationExhausted && appErr.Details(&details) == nil {
+		rec.Compensation = &details
+	}
+	return rec
+}
+
+// err is the recorded failure as the Update first returned it.
+func (e *AnsweredError) err() error {
+	if e == nil {
+		return nil
+	}
+	opts := temporal.ApplicationErrorOptions{NonRetryable: e.NonRetryable}
+	if e.Compensation != nil {
+		opts.Details = []any{*e.Compensation}
+	}
+	return temporal.NewApplicationErrorWithOptions(e.Message, e.Type, opts)
+}
