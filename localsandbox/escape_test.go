@@ -247,3 +247,35 @@ func TestSignalsDoNotEndTheLease(t *testing.T) {
 		}
 	}
 }
+
+// Every lease's root was the same host uid (65534, the host's nobody), so a
+// process that got out of one lease owned every other lease's files. Now
+// each lease has 65536 host ids of its own, shared with nobody.
+func TestLeasesShareNoHostID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("id ranges need a root server")
+	}
+	ts := startServer(t, Options{})
+	a, b := ts.createLease(), ts.createLease()
+	owners := map[string][2]int{}
+	for _, lease := range []string{a, b} {
+		if r := ts.exec(lease, `set -e; touch /workspace/root-file; useradd -u 4242 builder4242; chmod 755 /workspace; mkdir /workspace/u; chown builder4242 /workspace/u; su builder4242 -c 'touch /workspace/u/user-file'`); r.ExitCode != 0 {
+			t.Fatalf("%+v", r)
+		}
+		var ids [2]int
+		for i, rel := range []string{"workspace/root-file", "workspace/u/user-file"} {
+			fi, err := os.Stat(filepath.Join(ts.root, leasesDir, lease, rel))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = int(fi.Sys().(*syscall.Stat_t).Uid)
+		}
+		owners[lease] = ids
+		if uid, _ := ts.leaseIDs(lease); ids != [2]int{uid, uid + 4242} {
+			t.Errorf("lease %s: files of its root and its uid 4242 are host %v, want %d and %d", lease, ids, uid, uid+4242)
+		}
+	}
+	if owners[a][0] == owners[b][0] || owners[a][1] == owners[b][1] || owners[a][0] < DefaultHostIDBase || owners[b][0] < DefaultHostIDBase {
+		t.Errorf("two leases' files on the host: %v and %v, want distinct ids above %d", owners[a], owners[b], DefaultHostIDBase)
+	}
+}

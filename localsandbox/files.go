@@ -134,7 +134,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	parts := strings.Split(rel, "/")
 	for _, part := range parts[:len(parts)-1] {
-		next, err := s.openOrMakeDir(dirfd, part)
+		next, err := s.openOrMakeDir(l, dirfd, part)
 		unix.Close(dirfd)
 		if err != nil {
 			return pathError(err)
@@ -153,7 +153,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	f := os.NewFile(uintptr(fd), tmpName)
 	written, err := io.Copy(f, http.MaxBytesReader(w, r.Body, s.opts.MaxFileBytes))
 	if err == nil && os.Geteuid() == 0 {
-		err = f.Chown(s.hostUID, s.hostGID)
+		err = f.Chown(l.uid, l.gid)
 	}
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
@@ -184,7 +184,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 
 // openOrMakeDir opens the directory name below dirfd, creating it (owned by
 // the lease) if missing. It never follows a symlink.
-func (s *Server) openOrMakeDir(dirfd int, name string) (int, error) {
+func (s *Server) openOrMakeDir(l *lease, dirfd int, name string) (int, error) {
 	for attempt := 0; ; attempt++ {
 		fd, err := openBeneath(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0,
 			resolveBeneath|unix.RESOLVE_NO_SYMLINKS)
@@ -195,7 +195,7 @@ func (s *Server) openOrMakeDir(dirfd int, name string) (int, error) {
 			return -1, err
 		}
 		if os.Geteuid() == 0 {
-			if err := unix.Fchownat(dirfd, name, s.hostUID, s.hostGID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err := unix.Fchownat(dirfd, name, l.uid, l.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return -1, err
 			}
 		}

@@ -29,13 +29,14 @@ func TestFilesRoundTripWithParentsAndOwnership(t *testing.T) {
 		t.Errorf("after overwrite: %q", got)
 	}
 	if os.Geteuid() == 0 {
+		uid, gid := ts.leaseIDs(lease)
 		for _, rel := range []string{"workspace/a", "workspace/a/b", "workspace/a/b/c.txt"} {
 			fi, err := os.Stat(filepath.Join(ts.root, leasesDir, lease, rel))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st := fi.Sys().(*syscall.Stat_t); st.Uid != nobody || st.Gid != nobody {
-				t.Errorf("%s is owned by %d:%d, want the lease's 65534", rel, st.Uid, st.Gid)
+			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != gid {
+				t.Errorf("%s is owned by %d:%d, want the lease's root, %d:%d", rel, st.Uid, st.Gid, uid, gid)
 			}
 		}
 	}

@@ -129,12 +129,14 @@ func (s *Server) reserveFork(spec leaseSpec) (*lease, error) {
 // attributes (the overlay's user.overlay.* among them) and device nodes
 // (the overlay's whiteouts), with GNU cp.
 func copyLeaseFiles(src, dst *lease) error {
+	var copies []string
 	for _, dir := range []string{upperDir, "workspace", "tmp"} {
 		from, to := filepath.Join(src.dir, dir), filepath.Join(dst.dir, dir)
 		out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", from, to).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("copying %s: %v: %.200s", dir, err, out)
 		}
+		copies = append(copies, to)
 	}
-	return nil
+	return shiftOwners(copies, src, dst) // into the fork's own id range
 }

@@ -364,6 +364,18 @@ func (ts *testServer) openGate(lease string) {
 	}
 }
 
+// leaseIDs returns the host uid and gid of the lease's root.
+func (ts *testServer) leaseIDs(lease string) (uid, gid int) {
+	ts.t.Helper()
+	ts.srv.mu.Lock()
+	defer ts.srv.mu.Unlock()
+	l := ts.srv.leases[lease]
+	if l == nil {
+		ts.t.Fatalf("no lease %s", lease)
+	}
+	return l.uid, l.gid
+}
+
 // leaseInit returns the host pid of the lease's init.
 func (ts *testServer) leaseInit(lease string) int {
 	ts.t.Helper()

@@ -52,8 +52,8 @@ func TestLeasesCannotSeeSignalOrReadEachOther(t *testing.T) {
 	}
 	hostPID := sleepers[0]
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPID))
-	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") {
-		t.Errorf("a sandboxed process does not run as uid 65534 on the host:\n%s", status)
+	if uid, _ := ts.leaseIDs(a); !strings.Contains(string(status), fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", uid, uid, uid, uid)) {
+		t.Errorf("a sandboxed process does not run as its lease's uid %d on the host:\n%s", uid, status)
 	}
 
 	hostWorkspaceA := filepath.Join(ts.root, leasesDir, a, "workspace")

@@ -44,6 +44,13 @@ type lease struct {
 	labels    map[string]string
 	created   time.Time
 	isolation Isolation
+	// uid and gid are the host ids of the lease's root. A root server in
+	// namespace mode gives every lease a range of idsPerLease host ids of
+	// its own (idSlot, see ids.go), so that leases share no uid with each
+	// other or with the host's users; otherwise (idSlot -1) they are the
+	// server's HostUID/HostGID.
+	uid, gid int
+	idSlot   int
 
 	rootfs    string        // the lower layer's name below Options.RootfsDir; "" = the host's
 	autoPause time.Duration // pause once idle that long (0: never)
@@ -127,6 +134,17 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		return nil, err
 	}
+	l.uid, l.gid, l.idSlot = s.hostUID, s.hostGID, -1
+	if l.isolation == IsolationNamespaces && os.Geteuid() == 0 {
+		slot, err := s.ids.take()
+		if err != nil {
+			os.Remove(l.dir)
+			return nil, err
+		}
+		l.idSlot = slot
+		l.uid = s.opts.HostIDBase + slot*idsPerLease
+		l.gid = l.uid
+	}
 	if l.isolation == IsolationNamespaces && s.diskErr == nil && spec.disk > 0 {
 		d, err := s.newLeaseDisk(id, spec.disk, l.dir)
 		if err == nil {
@@ -143,7 +161,7 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 			l.removeDirs()
 			return nil, err
 		}
-		if err := s.chownToLease(dir); err != nil {
+		if err := l.chown(dir); err != nil {
 			l.removeDirs()
 			return nil, err
 		}
@@ -487,7 +505,14 @@ func (l *lease) removeDirs() error {
 			os.Chmod(w, 0o700)
 		}
 	}
-	return os.RemoveAll(l.dir)
+	if err := os.RemoveAll(l.dir); err != nil {
+		return err // files of the lease's ids remain: keep its range
+	}
+	if l.idSlot >= 0 {
+		l.server.ids.release(l.idSlot)
+		l.idSlot = -1
+	}
+	return nil
 }
 
 // setErrorAfterFailedDestroy leaves a lease whose destroy could not be

@@ -103,7 +103,7 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	}
 	childEnd := os.NewFile(uintptr(fds[1]), "control")
 	m := &machine{ctl: fds[0], exited: make(chan struct{})}
-	uids, gids := s.idMappings()
+	uids, gids := l.idMappings()
 	m.cmd = &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{initArg0, s.opts.Root, leaseInitArg},
@@ -117,7 +117,7 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
 			UidMappings:                uids,
 			GidMappings:                gids,
-			GidMappingsEnableSetgroups: len(gids) > 1,
+			GidMappingsEnableSetgroups: gids[0].Size > 1, // a range: su, apt and the like set groups
 			// Become root of the namespace, that is HostUID outside.
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 		},

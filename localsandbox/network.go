@@ -193,7 +193,7 @@ func (s *Server) writeResolvConf(l *lease) error {
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
-		if err := s.chownToLease(dir); err != nil {
+		if err := l.chown(dir); err != nil {
 			return err
 		}
 	}
@@ -201,7 +201,7 @@ func (s *Server) writeResolvConf(l *lease) error {
 	if err := os.WriteFile(path, []byte(resolvConf), 0o644); err != nil {
 		return fmt.Errorf("the lease's resolv.conf: %w", err)
 	}
-	return s.chownToLease(path)
+	return l.chown(path)
 }
 
 // startSlirp attaches slirp4netns to the namespace and waits until it has

@@ -41,14 +41,16 @@ type Options struct {
 
 	// Isolation chooses namespaces or process groups; default IsolationAuto.
 	Isolation Isolation
-	// HostUID and HostGID are the host ids that a sandbox's root maps to
-	// when the server runs as root (and the ids commands run as in
-	// process-group mode). Zero means 65534 (nobody); host root cannot be
+	// HostUID and HostGID are the host ids commands run as in
+	// process-group mode. Zero means 65534 (nobody); host root cannot be
 	// chosen. A server that is not root always uses its own ids.
 	HostUID, HostGID int
-	// HostIDBase places the other ids of a sandbox on the host when the
-	// server is root: ids 1..65535 inside map to HostIDBase+1..+65535
-	// outside (never a privileged id). Default 1<<20.
+	// HostIDBase places the sandboxes' ids on the host when the server is
+	// root, in namespace mode: each sandbox gets a range of 65536 host ids
+	// of its own, HostIDBase + n×65536 …, for its ids 0..65535 (ids.go), so
+	// that no two sandboxes, and no sandbox and host user, share an id.
+	// Default 1<<20; the ranges of 2×MaxLeases sandboxes must fit below
+	// 2^32.
 	HostIDBase int
 	// ReadOnlyPaths are the host directories that form the lower layer of a
 	// sandbox's root file system, at the same place (symlinks such as a

@@ -72,19 +72,16 @@ type machineConfig struct {
 	MaxOpenFiles uint64        `json:"max_open_files"`
 }
 
-// subIDs is how many ids above 0 a lease maps when the server is root.
-const subIDs = 65535
-
-// idMappings are the user namespace's uid and gid maps: root to HostUID,
-// and, when the server is root, 1..65535 to HostIDBase+1…
-func (s *Server) idMappings() (uids, gids []syscall.SysProcIDMap) {
-	uids = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostUID, Size: 1}}
-	gids = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.hostGID, Size: 1}}
-	if os.Geteuid() == 0 {
-		uids = append(uids, syscall.SysProcIDMap{ContainerID: 1, HostID: s.opts.HostIDBase + 1, Size: subIDs})
-		gids = append(gids, syscall.SysProcIDMap{ContainerID: 1, HostID: s.opts.HostIDBase + 1, Size: subIDs})
+// idMappings are the user namespace's uid and gid maps: with a range of
+// its own (a root server), ids 0..65535 to the lease's host ids; else root
+// alone, to the lease's uid.
+func (l *lease) idMappings() (uids, gids []syscall.SysProcIDMap) {
+	size := 1
+	if l.idSlot >= 0 {
+		size = idsPerLease
 	}
-	return uids, gids
+	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: l.uid, Size: size}},
+		[]syscall.SysProcIDMap{{ContainerID: 0, HostID: l.gid, Size: size}}
 }
 
 // upperNames are the directories of a lease's upper layer.
@@ -139,7 +136,7 @@ func (s *Server) makeLeaseRoot(l *lease) error {
 			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				return err
 			}
-			if err := s.chownToLease(d); err != nil {
+			if err := l.chown(d); err != nil {
 				return err
 			}
 		}
@@ -156,7 +153,7 @@ func (s *Server) makeLeaseRoot(l *lease) error {
 			if err := os.Chmod(p, d.mode); err != nil {
 				return err
 			}
-			if err := s.chownToLease(p); err != nil {
+			if err := l.chown(p); err != nil {
 				return err
 			}
 		}

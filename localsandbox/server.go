@@ -29,6 +29,7 @@ type Server struct {
 	isolation Isolation
 	hostUID   int
 	hostGID   int
+	ids       idSlots // the leases' host id ranges (a root server)
 	lock      *os.File
 	handler   http.Handler
 	history   *history
@@ -79,6 +80,10 @@ func New(opts Options) (*Server, error) {
 		idempotency: make(map[string]*idempotentCreate),
 		servers:     make(map[*http.Server]struct{}),
 	}
+	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*idsPerLease >= 1<<32-1 {
+		return nil, fmt.Errorf("localsandbox: HostIDBase %d leaves no room for the id ranges of %d sandboxes", opts.HostIDBase, 2*opts.MaxLeases)
+	}
+	s.ids.init(2 * opts.MaxLeases)
 	if os.Geteuid() == 0 {
 		s.hostUID, s.hostGID = opts.HostUID, opts.HostGID
 	} else {
@@ -447,12 +452,12 @@ func (s *Server) Stats() (Stats, error) {
 // Tests count from it how many times a command really ran.
 func (s *Server) History() []ProcessRecord { return s.history.snapshot() }
 
-// chownToLease gives path to the uid and gid the lease's processes run as.
-func (s *Server) chownToLease(path string) error {
+// chown gives path to the lease's root (its host uid and gid).
+func (l *lease) chown(path string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	return os.Lchown(path, s.hostUID, s.hostGID)
+	return os.Lchown(path, l.uid, l.gid)
 }
 
 // newID returns prefix followed by 16 random hex digits.
