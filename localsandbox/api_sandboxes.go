@@ -348,6 +348,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 // machine takes a while, so it happens outside the server's lock, on a
 // reserved place.
 func (s *Server) createLease(spec leaseSpec) (*lease, error) {
+	l, err := s.register(func() (*lease, error) { return s.newLease(newID("sb-"), spec) }, (*lease).destroy)
+	if err == nil {
+		s.log.Info("sandbox created", "sandbox", l.id, "shape", spec.shape.Name, "rootfs", spec.rootfs)
+	}
+	return l, err
+}
+
+// register makes a lease with newLease, outside the server's lock on a
+// place reserved under MaxLeases, and registers it. When the server shut
+// down meanwhile, undo releases what newLease made.
+func (s *Server) register(newLease func() (*lease, error), undo func(*lease) error) (*lease, error) {
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -360,7 +371,7 @@ func (s *Server) createLease(spec leaseSpec) (*lease, error) {
 	s.creating++
 	s.mu.Unlock()
 
-	l, err := s.newLease(newID("sb-"), spec)
+	l, err := newLease()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.creating--
@@ -368,11 +379,10 @@ func (s *Server) createLease(spec leaseSpec) (*lease, error) {
 		return nil, err
 	}
 	if s.shutdown {
-		l.destroy()
+		undo(l)
 		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
 	}
 	s.leases[l.id] = l
-	s.log.Info("sandbox created", "sandbox", l.id, "shape", spec.shape.Name, "rootfs", spec.rootfs)
 	return l, nil
 }
 

@@ -97,31 +97,13 @@ func (l *lease) endFork() {
 // its spawning count is held until the fork has started (or failed), so a
 // destroy waits for that.
 func (s *Server) reserveFork(spec leaseSpec) (*lease, error) {
-	s.mu.Lock()
-	if s.shutdown {
-		s.mu.Unlock()
-		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
-	}
-	if len(s.leases)+s.creating >= s.opts.MaxLeases {
-		s.mu.Unlock()
-		return nil, &apiError{http.StatusTooManyRequests, "too many sandboxes"}
-	}
-	s.creating++
-	s.mu.Unlock()
-	l, err := s.newLeaseDirs(newID("sb-"), spec, stateForking)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.creating--
-	if err != nil {
-		return nil, err
-	}
-	if s.shutdown {
-		l.removeDirs()
-		return nil, &apiError{http.StatusServiceUnavailable, "the server is shutting down"}
-	}
-	l.spawning.Add(1)
-	s.leases[l.id] = l
-	return l, nil
+	return s.register(func() (*lease, error) {
+		l, err := s.newLeaseDirs(newID("sb-"), spec, stateForking)
+		if err == nil {
+			l.spawning.Add(1) // before the lease is registered
+		}
+		return l, err
+	}, (*lease).removeDirs)
 }
 
 // copyLeaseFiles copies the upper layer, workspace and tmp of src into the

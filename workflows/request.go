@@ -43,6 +43,9 @@ func (r Request) Validate() error {
 	if err := r.Command.Validate(); err != nil {
 		return err
 	}
+	if err := r.Lease.Validate(); err != nil {
+		return err
+	}
 	if r.LeaseID != "" {
 		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
 			return err

@@ -260,11 +260,18 @@ func TestNonRetryableErrorRunsOnce(t *testing.T) {
 }
 
 func TestInvalidRequestFailsBeforeAnyActivity(t *testing.T) {
-	h := newHarness(t) // the mock expects no call at all
-	req := request("echo")
-	req.Command.Env = map[string]string{"BAD;KEY": "v"}
-	_, err := h.run(req)
-	assert.Equal(t, sandbox.TypeInvalidInput, applicationErrorType(err))
+	for name, bad := range map[string]func(*Request){
+		"command env": func(r *Request) { r.Command.Env = map[string]string{"BAD;KEY": "v"} },
+		"lease spec":  func(r *Request) { r.Lease.AutoPauseAfter = time.Second }, // below the minute the service takes
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t) // the mock expects no call at all
+			req := request("echo")
+			bad(&req)
+			_, err := h.run(req)
+			assert.Equal(t, sandbox.TypeInvalidInput, applicationErrorType(err))
+		})
+	}
 }
 
 func TestCancellationDuringExecuteKillsAndDestroys(t *testing.T) {

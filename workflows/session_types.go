@@ -82,6 +82,9 @@ type SessionCarried struct {
 
 // Validate checks the request without running anything.
 func (r SessionRequest) Validate() error {
+	if err := r.Lease.Validate(); err != nil {
+		return err
+	}
 	if r.LeaseID != "" {
 		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
 			return err
