@@ -44,8 +44,16 @@ build:
 	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd
 	cd devserver && $(GO) build -o ../bin/devserver .
 
-## bench: latency, throughput, streaming and recovery against their floors (not part of test)
+## bench: latency, throughput, streaming, recovery and the lease machine against their floors (installs bubblewrap if missing; not part of test)
 bench:
+	@if ! command -v bwrap >/dev/null; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "bench: bwrap (the floor of the P6 rows) is missing; install it as root (sudo apt-get update && sudo apt-get install -y bubblewrap), then run make bench again" >&2; \
+			exit 1; \
+		fi; \
+		echo "bench: installing Debian's bubblewrap package (bwrap is the floor of the P6 rows)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap; \
+	fi
 	cd devserver && $(GO) run ./cmd/bench
 
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost

@@ -43,9 +43,14 @@ type Target struct {
 	MinRatio float64
 	// MinFigure: the figure itself is at least this much, in its own unit.
 	MinFigure float64
+	// MaxFigure: the figure itself is at most this much, in its own unit
+	// (an absolute budget, such as 100 ms for a create and destroy).
+	MaxFigure float64
 }
 
-func (t Target) none() bool { return t.MaxRatio == 0 && t.MinRatio == 0 && t.MinFigure == 0 }
+func (t Target) none() bool {
+	return t.MaxRatio == 0 && t.MinRatio == 0 && t.MinFigure == 0 && t.MaxFigure == 0
+}
 
 func (t Target) describe(unit string) string {
 	var parts []string
@@ -57,6 +62,9 @@ func (t Target) describe(unit string) string {
 	}
 	if t.MinFigure > 0 {
 		parts = append(parts, fmt.Sprintf("≥ %g %s", t.MinFigure, unit))
+	}
+	if t.MaxFigure > 0 {
+		parts = append(parts, fmt.Sprintf("≤ %g %s", t.MaxFigure, unit))
 	}
 	if len(parts) == 0 {
 		return "—"
@@ -86,7 +94,8 @@ func (r Row) Met() bool {
 	}
 	return (t.MaxRatio == 0 || ratio <= t.MaxRatio) &&
 		(t.MinRatio == 0 || ratio >= t.MinRatio) &&
-		(t.MinFigure == 0 || r.Figure.V >= t.MinFigure)
+		(t.MinFigure == 0 || r.Figure.V >= t.MinFigure) &&
+		(t.MaxFigure == 0 || r.Figure.V <= t.MaxFigure)
 }
 
 func (r Row) verdict() string {

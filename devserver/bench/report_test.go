@@ -22,6 +22,8 @@ func TestRowVerdicts(t *testing.T) {
 		{"rate and figure enough", Row{Figure: rate(60), Floor: rate(90), Target: Target{MinRatio: 0.6, MinFigure: 50}}, "met"},
 		{"rate enough, figure not", Row{Figure: rate(40), Floor: rate(50), Target: Target{MinRatio: 0.6, MinFigure: 50}}, "**not met**"},
 		{"figure enough, rate not", Row{Figure: rate(55), Floor: rate(100), Target: Target{MinRatio: 0.6, MinFigure: 50}}, "**not met**"},
+		{"within its budget", Row{Figure: ms(90), Floor: ms(5), Target: Target{MaxFigure: 100}}, "met"},
+		{"over its budget", Row{Figure: ms(110), Floor: ms(5), Target: Target{MaxFigure: 100}}, "**not met**"},
 		{"no floor", Row{Figure: ms(1), Floor: ms(0), Target: Target{MaxRatio: 2}}, "**not met**"},
 		{"no target", Row{Figure: ms(1), Floor: ms(2)}, "info"},
 	} {
@@ -42,6 +44,12 @@ func TestReportMarkdown(t *testing.T) {
 	assert.Contains(t, md, "Measured 2026-11-29 15:04 UTC on 2 × Some CPU, go1.26.8; load average 0.10 before, 0.20 after; took 1m30s.")
 	assert.Contains(t, md, "| P1 x | 160 ms | 80.0 ms (direct provider) | 2.00× | ≤ 2× | met |\n")
 	assert.True(t, strings.HasSuffix(md, "\na note\n"), md)
+}
+
+func TestTargetDescribe(t *testing.T) {
+	assert.Equal(t, "≤ 100 ms", Target{MaxFigure: 100}.describe("ms"))
+	assert.Equal(t, "≥ 0.6× and ≥ 50 runs/s", Target{MinRatio: 0.6, MinFigure: 50}.describe("runs/s"))
+	assert.Equal(t, "—", Target{}.describe("ms"))
 }
 
 func TestParseBenchmarks(t *testing.T) {

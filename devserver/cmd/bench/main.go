@@ -7,19 +7,22 @@
 // It boots the dev stack in this process (embedded Temporal server, local
 // sandbox server, worker), builds the worker binary for the memory rows,
 // and runs the library's testing.B benchmarks with `go test -bench`.
-// Progress goes to stderr, the table to stdout.
+// Progress goes to stderr, the table to stdout. The P6 rows need bwrap
+// (Debian's bubblewrap, which `make bench` installs): without it the
+// program stops before measuring anything.
 //
 // Flags:
 //
 //	-quick            fewer, shorter runs (under a minute once built): for trying things out
-//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,micro (default all)
-//	-runs N           P1 latency: rounds of the three paths (default 30)
+//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,micro (default all)
+//	-runs N           P1, P5, P6 latency: rounds of each path (default 30)
 //	-duration D       P2 throughput: time per concurrency and path (default 5s)
 //	-concurrency L    P2 throughput: concurrencies (default 1,10,50)
 //	-stream-mib N     P3 streaming: MiB of stdout (default 256)
 //	-stream-runs N    P3 streaming: runs of each path (default 3)
 //	-rss-mib L        P3 memory: MiB of stdout per worker process (default 1,64,256)
 //	-recovery-runs N  P4 recovery: runs of each kind (default 5)
+//	-fork-runs N      P6 fork: forks of a 100 MiB lease, and host copies (default 5)
 //	-benchtime D      testing.B benchmarks: -benchtime (default 500ms)
 //	-profile DIR      write CPU and allocation profiles of each part into DIR
 //	-out FILE         also write the table to FILE
@@ -63,7 +66,7 @@ const (
 )
 
 // allParts are the parts of the table, in its order.
-var allParts = []string{"p1", "p2", "p3", "p4", "p5", "micro"}
+var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "micro"}
 
 type config struct {
 	parts        map[string]bool
@@ -74,6 +77,7 @@ type config struct {
 	streamRuns   int
 	rssMiB       []int
 	recoveryRuns int
+	forkRuns     int
 	benchtime    string
 	profile      string
 	out          string
@@ -93,7 +97,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "fewer, shorter runs")
-	only := fs.String("only", "p1,p2,p3,p4,p5,micro", "parts to run")
+	only := fs.String("only", strings.Join(allParts, ","), "parts to run")
 	cfg := config{}
 	fs.IntVar(&cfg.runs, "runs", 30, "P1: rounds")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "P2: time per concurrency and path")
@@ -102,6 +106,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.streamRuns, "stream-runs", 3, "P3: runs of each path")
 	rss := fs.String("rss-mib", "1,64,256", "P3 memory: MiB of stdout per worker process")
 	fs.IntVar(&cfg.recoveryRuns, "recovery-runs", 5, "P4: runs of each kind")
+	fs.IntVar(&cfg.forkRuns, "fork-runs", 5, "P6: forks of a 100 MiB lease, and host copies")
 	fs.StringVar(&cfg.benchtime, "benchtime", "500ms", "testing.B benchmarks: -benchtime")
 	fs.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of each part into this directory")
 	fs.StringVar(&cfg.out, "out", "", "also write the table to this file")
@@ -127,6 +132,9 @@ func parseFlags(args []string) (config, error) {
 		if !set["recovery-runs"] {
 			cfg.recoveryRuns = 2
 		}
+		if !set["fork-runs"] {
+			cfg.forkRuns = 2
+		}
 		if !set["benchtime"] {
 			cfg.benchtime = "100ms"
 		}
@@ -135,7 +143,7 @@ func parseFlags(args []string) (config, error) {
 	for _, p := range strings.Split(*only, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(allParts, p) {
-			return cfg, fmt.Errorf("-only: unknown part %q (want p1, p2, p3, p4, micro)", p)
+			return cfg, fmt.Errorf("-only: unknown part %q (want some of %s)", p, strings.Join(allParts, ", "))
 		}
 		cfg.parts[p] = true
 	}
@@ -147,7 +155,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-rss-mib: %w", err)
 	}
 	slices.Sort(cfg.rssMiB)
-	if cfg.runs < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
+	if cfg.runs < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
 		return cfg, errors.New("counts, sizes and durations must be positive")
 	}
 	return cfg, nil
@@ -205,6 +213,13 @@ func run(ctx context.Context, cfg config) int {
 		rows[name] = measured
 	}
 
+	if cfg.parts["p6"] {
+		// Before anything is measured, not after minutes of it.
+		if err := bench.CheckBwrap(); err != nil {
+			logf("%v", err)
+			return 1
+		}
+	}
 	moduleDir, err := libraryModuleDir(ctx)
 	if err != nil {
 		logf("%v", err)
@@ -214,7 +229,7 @@ func run(ctx context.Context, cfg config) int {
 	// up yet to be disturbed by it.
 	part("micro", func() ([]bench.Row, error) { return bench.MicroBenchmarks(ctx, moduleDir, cfg.benchtime) })
 
-	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] {
+	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] || cfg.parts["p6"] {
 		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
 			e := bench.NewEnv(s.Client, benchQueue, provider, logf)
 			defer func() {
@@ -238,6 +253,10 @@ func run(ctx context.Context, cfg config) int {
 				return bench.Recovery(ctx, e, recoveryQueue, s.Proxy, cfg.recoveryRuns)
 			})
 			part("p5", func() ([]bench.Row, error) { return bench.SessionLatency(ctx, e, cfg.runs) })
+			part("p6", func() ([]bench.Row, error) {
+				api := bench.SandboxAPI{URL: s.SandboxURL, Key: s.SandboxAPIKey}
+				return bench.LeaseMachine(ctx, e, api, cfg.runs, cfg.forkRuns)
+			})
 		}); err != nil {
 			logf("%v", err)
 			return 1
