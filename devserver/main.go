@@ -290,6 +290,11 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 		fmt.Fprintf(os.Stderr, "devserver run: %v\n%s\n", err, usage)
 		return starter.ExitUsage
 	}
+	if rule, ok := egressRule(starterArgs); ok && f.opts.SandboxURL == "" && f.opts.Sandbox.Egress == localsandbox.EgressOff {
+		// The in-process server would drop the rule without a word.
+		fmt.Fprintf(os.Stderr, "devserver run: --egress %s asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", rule)
+		return starter.ExitUsage
+	}
 	s, ok := f.boot(ctx, *verbose)
 	if !ok {
 		return starter.ExitRunFailed
@@ -359,6 +364,24 @@ func splitArgs(args []string, fs *flag.FlagSet) (ours, theirs []string) {
 		}
 	}
 	return ours, theirs
+}
+
+// egressRule returns the first egress rule among the starter's flags.
+func egressRule(starterArgs []string) (string, bool) {
+	for i, arg := range starterArgs {
+		if arg == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name != "egress" {
+			continue
+		}
+		if !hasValue && i+1 < len(starterArgs) {
+			value = starterArgs[i+1]
+		}
+		return value, true
+	}
+	return "", false
 }
 
 // flagValue is the value of a flag taken as `--name=value` or `--name value`.

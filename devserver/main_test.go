@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxflow/sandboxflow/internal/starter"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
 
@@ -200,4 +201,22 @@ func TestEgressPolicyFlagIsCheckedAtParse(t *testing.T) {
 	err := fs.Parse([]string{"--egress", "everything"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `want off, allowlist or any, not "everything"`)
+}
+
+func TestRunRefusesEgressRulesWhenTheStacksEgressIsOff(t *testing.T) {
+	// The in-process server drops the rules of an off policy: the run had
+	// no network and no word why.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := devserver(ctx, t, runOnFreePorts("--egress=pypi.org:443", "--", "true")...)
+	cmd.Stderr = &stderr
+	require.Equal(t, starter.ExitUsage, exitCode(t, ctx, cmd), stderr.String())
+	assert.Equal(t, "devserver run: --egress pypi.org:443 asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", stderr.String())
+
+	rule, ok := egressRule([]string{"--json", "--egress", "*", "--", "sh", "--egress", "x"})
+	assert.True(t, ok)
+	assert.Equal(t, "*", rule)
+	_, ok = egressRule([]string{"--json", "--", "sh", "--egress", "x"})
+	assert.False(t, ok, "the command's own arguments are not the starter's")
 }
