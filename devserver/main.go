@@ -26,11 +26,22 @@
 //	                      through the stack's codec server.
 //	--metrics-listen ADDR serve the worker's Prometheus metrics at ADDR/metrics
 //	                      (default: none)
+//	--egress off          the leases' outward network (the in-process sandbox
+//	                      server's policy): off (loopback only), allowlist (only
+//	                      the run's egress rules) or any; other than off needs
+//	                      root and slirp4netns
 //
 // dev only: --no-worker (start neither a worker nor a sandbox server: run
 // your own). run only: --linger (keep serving the Web UI after the run until
 // Ctrl-C; the default when stderr is a terminal) and --verbose (print the
-// log file's path and the stack's warnings). `devserver dev --help` and
+// log file's path and the stack's warnings). For run, --egress with a
+// policy (off, allowlist, any) is the stack's; --egress with anything else
+// is a rule of the run's lease, the starter's flag:
+//
+//	devserver run --egress any -- python3 -c '…urlopen("http://192.0.2.2:8000")…'
+//	devserver run --egress allowlist --egress pypi.org:443 -- pip download six
+//
+// `devserver dev --help` and
 // `devserver run --help` list every flag with its default.
 //
 // Each stack has its own directory, so stacks on different ports run side
@@ -58,6 +69,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 	"golang.org/x/term"
 )
@@ -128,7 +140,37 @@ func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "debug, info, warn or error")
 	fs.BoolVar(&f.encrypt, "encrypt", false, "encrypt every payload (keys: SANDBOXFLOW_CODEC_KEYS[_FILE], else a fresh dev ring)")
 	fs.StringVar(&f.opts.Worker.MetricsListen, "metrics-listen", "", "serve the worker's Prometheus metrics on this address at /metrics")
+	f.opts.Sandbox.Egress = localsandbox.EgressOff
+	fs.Var(egressPolicyFlag{&f.opts.Sandbox.Egress}, "egress", "the leases' outward network, a `POLICY`: off (loopback only), allowlist (only the run's egress rules) or any; other than off needs root and slirp4netns")
 	return fs, f
+}
+
+// egressPolicyFlag is --egress: the in-process sandbox server's policy,
+// checked as the flag is parsed.
+type egressPolicyFlag struct{ p *localsandbox.EgressPolicy }
+
+func (e egressPolicyFlag) String() string {
+	if e.p == nil {
+		return ""
+	}
+	return string(*e.p)
+}
+
+func (e egressPolicyFlag) Set(v string) error {
+	if !isEgressPolicy(v) {
+		return fmt.Errorf("want off, allowlist or any, not %q", v)
+	}
+	*e.p = localsandbox.EgressPolicy(v)
+	return nil
+}
+
+// isEgressPolicy reports whether v names a policy, not an egress rule.
+func isEgressPolicy(v string) bool {
+	switch localsandbox.EgressPolicy(v) {
+	case localsandbox.EgressOff, localsandbox.EgressAllowlist, localsandbox.EgressAny:
+		return true
+	}
+	return false
 }
 
 // devKeyID names the key ring that --encrypt makes when the environment
@@ -208,7 +250,7 @@ func dev(ctx context.Context, args []string) int {
 	}
 	switch {
 	case s.Sandbox != nil:
-		fmt.Printf("Sandbox:   %s (in-process, isolation %s; API key %s)\n", s.SandboxURL, s.Sandbox.Isolation(), s.SandboxAPIKey)
+		fmt.Printf("Sandbox:   %s (in-process, isolation %s, egress %s; API key %s)\n", s.SandboxURL, s.Sandbox.Isolation(), f.opts.Sandbox.Egress, s.SandboxAPIKey)
 	case s.SandboxURL != "":
 		fmt.Printf("Sandbox:   %s\n", s.SandboxURL)
 	default:
@@ -242,9 +284,15 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 		printHelp(os.Stdout, runUsage, fs)
 		fmt.Println("\nstarter flags (passed on to the starter):")
 		starter.PrintFlags(os.Stdout)
+		fmt.Println("\n--egress off|allowlist|any sets the stack's policy; --egress with any other value is the\nstarter's, a rule of the run's lease: --egress allowlist --egress pypi.org:443")
 		return 0
 	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "devserver run: %v\n%s\n", err, usage)
+		return starter.ExitUsage
+	}
+	if rule, ok := egressRule(starterArgs); ok && f.opts.SandboxURL == "" && f.opts.Sandbox.Egress == localsandbox.EgressOff {
+		// The in-process server would drop the rule without a word.
+		fmt.Fprintf(os.Stderr, "devserver run: --egress %s asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", rule)
 		return starter.ExitUsage
 	}
 	s, ok := f.boot(ctx, *verbose)
@@ -282,7 +330,8 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 // splitArgs separates devserver's flags (those fs defines) from the
 // starter's: everything from `--` on, and every flag fs does not know, go
 // to the starter. --task-queue goes to both: the worker polls the queue the
-// run is started on.
+// run is started on. --egress is ours with a policy (off, allowlist, any)
+// and the starter's, an egress rule, with anything else.
 func splitArgs(args []string, fs *flag.FlagSet) (ours, theirs []string) {
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
@@ -305,10 +354,41 @@ func splitArgs(args []string, fs *flag.FlagSet) (ours, theirs []string) {
 			i++
 			taken = append(taken, args[i])
 		}
+		if name == "egress" && !isEgressPolicy(flagValue(taken)) {
+			theirs = append(theirs, taken...)
+			continue
+		}
 		ours = append(ours, taken...)
 		if name == "task-queue" {
 			theirs = append(theirs, taken...)
 		}
 	}
 	return ours, theirs
+}
+
+// egressRule returns the first egress rule among the starter's flags.
+func egressRule(starterArgs []string) (string, bool) {
+	for i, arg := range starterArgs {
+		if arg == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name != "egress" {
+			continue
+		}
+		if !hasValue && i+1 < len(starterArgs) {
+			value = starterArgs[i+1]
+		}
+		return value, true
+	}
+	return "", false
+}
+
+// flagValue is the value of a flag taken as `--name=value` or `--name value`.
+func flagValue(taken []string) string {
+	if len(taken) == 2 {
+		return taken[1]
+	}
+	_, v, _ := strings.Cut(taken[0], "=")
+	return v
 }

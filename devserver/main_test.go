@@ -15,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
 
 // TestMain lets the tests run this test binary as devserver itself: with
@@ -135,6 +138,7 @@ func TestHelpListsTheFlagsOfEachSubcommandWithTheirDefaults(t *testing.T) {
 	assert.Regexp(t, `-port int\n\s+Temporal frontend port \(default 7233\)`, dev)
 	assert.Regexp(t, `-log-level string\n\s+.*\(default "info"\)`, dev)
 	assert.Contains(t, dev, "-no-worker")
+	assert.Regexp(t, `-egress POLICY\n\s+.*off \(loopback only\), allowlist .* or any.*\(default off\)`, dev)
 	assert.NotContains(t, dev, "-linger")
 
 	// A stack that started would fail on the port in use: --help starts
@@ -153,6 +157,9 @@ func TestHelpListsTheFlagsOfEachSubcommandWithTheirDefaults(t *testing.T) {
 		assert.Regexp(t, `-then LINE\n`, starterFlags, args)
 		assert.Regexp(t, `-task-queue string\n\s+.*\(default "sandboxflow"\)`, starterFlags, args)
 		assert.Contains(t, starterFlags, "-json", args)
+		assert.Regexp(t, `-egress POLICY\n\s+.*\(default off\)`, run[:len(run)-len(starterFlags)], args)
+		assert.Regexp(t, `-egress RULE\n`, starterFlags, args)
+		assert.Contains(t, starterFlags, "--egress with any other value is the\nstarter's, a rule of the run's lease", args)
 	}
 }
 
@@ -170,4 +177,46 @@ func TestSplitArgsSeparatesDevserverAndStarterFlags(t *testing.T) {
 	ours, theirs = splitArgs([]string{"--json", "--help", "--", "sh", "--help"}, fs)
 	assert.Equal(t, []string{"--help"}, ours, "help is devserver run's, which lists the starter's flags too")
 	assert.Equal(t, []string{"--json", "--", "sh", "--help"}, theirs)
+}
+
+func TestSplitArgsGivesEgressPoliciesToTheStackAndRulesToTheRun(t *testing.T) {
+	fs, _ := newFlagSet("run", "warn")
+	ours, theirs := splitArgs([]string{
+		"--egress", "allowlist", "--egress", "pypi.org:443", "--egress=*", "--egress=any", "--", "pip", "--egress", "off",
+	}, fs)
+	assert.Equal(t, []string{"--egress", "allowlist", "--egress=any"}, ours)
+	assert.Equal(t, []string{"--egress", "pypi.org:443", "--egress=*", "--", "pip", "--egress", "off"}, theirs)
+}
+
+func TestEgressPolicyFlagIsCheckedAtParse(t *testing.T) {
+	fs, f := newFlagSet("dev", "info")
+	require.NoError(t, fs.Parse(nil))
+	assert.Equal(t, localsandbox.EgressOff, f.opts.Sandbox.Egress, "off by default")
+
+	fs, f = newFlagSet("dev", "info")
+	require.NoError(t, fs.Parse([]string{"--egress", "any"}))
+	assert.Equal(t, localsandbox.EgressAny, f.opts.Sandbox.Egress)
+
+	fs, _ = newFlagSet("dev", "info")
+	err := fs.Parse([]string{"--egress", "everything"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `want off, allowlist or any, not "everything"`)
+}
+
+func TestRunRefusesEgressRulesWhenTheStacksEgressIsOff(t *testing.T) {
+	// The in-process server drops the rules of an off policy: the run had
+	// no network and no word why.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := devserver(ctx, t, runOnFreePorts("--egress=pypi.org:443", "--", "true")...)
+	cmd.Stderr = &stderr
+	require.Equal(t, starter.ExitUsage, exitCode(t, ctx, cmd), stderr.String())
+	assert.Equal(t, "devserver run: --egress pypi.org:443 asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", stderr.String())
+
+	rule, ok := egressRule([]string{"--json", "--egress", "*", "--", "sh", "--egress", "x"})
+	assert.True(t, ok)
+	assert.Equal(t, "*", rule)
+	_, ok = egressRule([]string{"--json", "--", "sh", "--egress", "x"})
+	assert.False(t, ok, "the command's own arguments are not the starter's")
 }

@@ -59,6 +59,14 @@ type Options struct {
 	// Sandbox configures the in-process sandbox server. Its API key is
 	// always a fresh random one. Its Root defaults to a directory of this
 	// stack's own (see LogFile), so that stacks run side by side.
+	//
+	// Its network options are the leases' network (localsandbox/NETWORK.md):
+	// Sandbox.Egress caps their outward network (EgressOff, the default:
+	// loopback only; EgressAllowlist; EgressAny; other than off needs root
+	// and slirp4netns), and the run asks within it (Request.Lease.Egress,
+	// the starter's --egress). Sandbox.EgressHostLoopback, for tests only,
+	// lets a lease reach the host's 127.0.0.1 at 10.0.2.2 — the stack's
+	// Temporal frontend included, which takes no key.
 	Sandbox localsandbox.Options
 	// NoSandbox starts no sandbox server (and with an empty SandboxURL,
 	// Stack.SandboxURL stays empty): for a stack without a worker, whose
@@ -161,6 +169,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	sandboxed := opts.SandboxURL == "" && !opts.NoSandbox
 	if !sandboxed && opts.SandboxURL == "" && (!opts.NoWorker || opts.FaultProxy) {
 		return nil, errors.New("stack: with NoSandbox, a worker or a fault proxy needs a SandboxURL")
+	}
+	if !sandboxed && (opts.Sandbox.Egress != "" && opts.Sandbox.Egress != localsandbox.EgressOff || opts.Sandbox.EgressHostLoopback) {
+		// The policy is the in-process server's: another server has its own.
+		return nil, fmt.Errorf("stack: egress %q configures the in-process sandbox server, and with SandboxURL or NoSandbox there is none", opts.Sandbox.Egress)
 	}
 	tOpts := opts.Temporal
 	if err := s.openDir(sandboxed, &tOpts); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -86,5 +87,20 @@ func TestNoSandboxStartsNoSandboxServer(t *testing.T) {
 		require.NoError(t, s.Stop())
 		entries, _ := os.ReadDir(os.TempDir())
 		assert.Empty(t, entries, "no stack directory: nothing to keep in it")
+	}
+}
+
+func TestEgressWithoutTheInProcessSandboxServerIsRefused(t *testing.T) {
+	// Silently ignored, the run would have had no network and no word why.
+	for name, opts := range map[string]stack.Options{
+		"sandbox url": {SandboxURL: "http://127.0.0.1:1", Sandbox: localsandbox.Options{Egress: localsandbox.EgressAny}},
+		"no sandbox":  {NoSandbox: true, NoWorker: true, Sandbox: localsandbox.Options{EgressHostLoopback: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts.Temporal = temporalserver.Options{UIPort: temporalserver.NoUI, Logger: quiet()}
+			_, err := stack.Start(t.Context(), opts)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "configures the in-process sandbox server, and with SandboxURL or NoSandbox there is none")
+		})
 	}
 }

@@ -145,6 +145,10 @@ func newFlagSet(o *options, env, secretEnv *keyValues, stdinPath, script *string
 	fs.StringVar(stdinPath, "stdin", "", "`FILE` to use as standard input, or - for this program's")
 	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
+	fs.Func("egress", "let the lease reach `RULE`: * (everything), host, host:port, IP or CIDR[:port] (repeatable; the sandbox server's policy caps it)", func(rule string) error {
+		o.request.Lease.Egress = append(o.request.Lease.Egress, rule)
+		return nil
+	})
 	fs.StringVar(&o.workflowID, "workflow-id", "", "workflow id (default: a new random one)")
 	fs.StringVar(&o.taskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
 	fs.BoolVar(&o.request.KeepLease, "keep-lease", false, "keep the lease after the command (you then own it)")
