@@ -9,6 +9,19 @@ ARGS ?=
 RUNS ?= 500
 FAULT_RATE ?= 0.2
 
+# debian_package TARGET,COMMAND,PACKAGE: install Debian's PACKAGE unless
+# COMMAND is on PATH; as root only, else say what to run and fail.
+define debian_package
+if ! command -v $(2) >/dev/null; then \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "$(1): $(2) is missing; install it as root (sudo apt-get update && sudo apt-get install -y $(3)), then run make $(1) again" >&2; \
+		exit 1; \
+	fi; \
+	echo "$(1): installing Debian's $(3) package"; \
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(3); \
+fi
+endef
+
 .PHONY: run dev test test-root test-devserver vet build bench chaos webui-check generate clean
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
@@ -46,14 +59,7 @@ build:
 
 ## bench: latency, throughput, streaming, recovery and the lease machine against their floors (installs bubblewrap if missing; not part of test)
 bench:
-	@if ! command -v bwrap >/dev/null; then \
-		if [ "$$(id -u)" -ne 0 ]; then \
-			echo "bench: bwrap (the floor of the P6 rows) is missing; install it as root (sudo apt-get update && sudo apt-get install -y bubblewrap), then run make bench again" >&2; \
-			exit 1; \
-		fi; \
-		echo "bench: installing Debian's bubblewrap package (bwrap is the floor of the P6 rows)"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap; \
-	fi
+	@$(call debian_package,bench,bwrap,bubblewrap)
 	cd devserver && $(GO) run ./cmd/bench
 
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost
@@ -62,14 +68,7 @@ chaos:
 
 ## webui-check: open a compensated run in the embedded Web UI in headless Chromium (installed if missing), check its pages show it, save docs/webui-compensated.png
 webui-check:
-	@if [ ! -x /usr/bin/chromium ]; then \
-		if [ "$$(id -u)" -ne 0 ]; then \
-			echo "webui-check: Chromium is missing; install it as root (sudo apt-get update && sudo apt-get install -y chromium), then run make webui-check again" >&2; \
-			exit 1; \
-		fi; \
-		echo "webui-check: installing Debian's chromium package"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
-	fi
+	@$(call debian_package,webui-check,chromium,chromium)
 	cd devserver && $(GO) run ./cmd/webuicheck -chromium /usr/bin/chromium -out ../docs/webui-compensated.png
 
 ## generate: regenerate the committed mocks
