@@ -10,51 +10,99 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/internal/starter"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
-// gatedScript prints "line 1", waits for the file gate to appear in its
-// workspace, then prints "line 2".."line n".
-func gatedScript(n int) (script, want string) {
-	var b strings.Builder
+// gatedScript prints "line 1".."line n"; after each line g of gates it
+// waits for the file gate-g to appear in its workspace.
+func gatedScript(n int, gates ...int) (script, want string) {
+	var s, w strings.Builder
 	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "line %d\n", i)
+		fmt.Fprintf(&s, "echo line %d; ", i)
+		fmt.Fprintf(&w, "line %d\n", i)
+		for _, g := range gates {
+			if g == i {
+				fmt.Fprintf(&s, "while [ ! -e gate-%d ]; do sleep 0.05; done; ", g)
+			}
+		}
 	}
-	return fmt.Sprintf(`echo line 1; while [ ! -e gate ]; do sleep 0.05; done; i=2; while [ $i -le %d ]; do echo line $i; i=$((i+1)); done`, n), b.String()
+	return s.String() + "true", w.String()
+}
+
+// A gate opens once the starter's stdout holds "line <line>\n", after
+// before (if not nil) has run.
+type gate struct {
+	line   int
+	before func()
 }
 
 func TestStarterPrintsOutputLiveWhileTheCommandRuns(t *testing.T) {
-	script, want := gatedScript(20)
+	script, want := gatedScript(20, 1)
 	// The command cannot go past line 1 until the test has seen line 1 on
 	// the starter's stdout, so line 1 must have come live, through the
 	// heartbeats; if it did not, the command times out (exit 124).
-	code, stdout, stderr := runGatedStarter(t, "--timeout", "60s", "--", "sh", "-c", script)
+	code, stdout, stderr := runGatedStarter(t, []gate{{line: 1}}, "--timeout", "60s", "--", "sh", "-c", script)
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, want, stdout, "each line once, in order")
 	assert.NotContains(t, stderr, "skipped")
 }
 
 func TestStarterPrintsSessionOutputLive(t *testing.T) {
-	script, want := gatedScript(5)
-	code, stdout, stderr := runGatedStarter(t, "--timeout", "60s", "--then", "echo second; echo command",
+	script, want := gatedScript(5, 1)
+	code, stdout, stderr := runGatedStarter(t, []gate{{line: 1}}, "--timeout", "60s", "--then", "echo second; echo command",
 		"--", "sh", "-c", script)
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, want+"second\ncommand\n", stdout, "each line once, in order, command after command")
 }
 
-// runGatedStarter runs the starter on a command that prints "line 1" and
-// then waits for a file named gate in its workspace: once the starter has
-// printed line 1, the test creates the gate through a second process in
-// the (only) lease. It returns what runStarter does.
-func runGatedStarter(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func TestStarterLiveOutputContinuesAcrossAWorkerCrash(t *testing.T) {
+	s := stackOf(t)
+	queue := "e2e-live-crash"
+	provider, err := s.Provider(createos.Config{})
+	require.NoError(t, err)
+	startWorker := func() worker.Worker {
+		w := worker.New(s.Client, queue, worker.Options{})
+		workflows.Register(w, provider)
+		require.NoError(t, w.Start())
+		return w
+	}
+	first := startWorker()
+	script, want := gatedScript(10, 1, 5)
+	// Line 1 has been printed live; the worker that runs the command goes
+	// away (its attempt detaches), and another one re-attaches to the
+	// command, which goes on only then. Lines 2..5 must come live from the
+	// new attempt's heartbeats, continuing the same stream.
+	code, stdout, stderr := runGatedStarter(t, []gate{
+		{line: 1, before: func() {
+			first.Stop()
+			t.Cleanup(startWorker().Stop)
+		}},
+		{line: 5},
+	}, "--task-queue", queue, "--timeout", "60s", "--", "sh", "-c", script)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, want, stdout, "one stream: each line once, in order")
+	assert.NotContains(t, stderr, "runs anew", "the command ran once")
+}
+
+// runGatedStarter runs the starter on a gatedScript: as the starter's
+// stdout reaches each gate's line, the test opens the gate by creating
+// its file through a second process in the (only) lease. It returns what
+// runStarter does.
+func runGatedStarter(t *testing.T, gates []gate, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	s := stackOf(t)
 	t.Cleanup(func() { assertNothingLeaked(t) })
-	out := newWatchedBuffer("line 1\n")
+	out := &watchedBuffer{}
+	seen := make([]<-chan struct{}, len(gates))
+	for i, g := range gates {
+		seen[i] = out.when(fmt.Sprintf("line %d\n", g.line))
+	}
 	var errOut bytes.Buffer
 	done := make(chan struct{})
 	go func() {
@@ -63,51 +111,77 @@ func runGatedStarter(t *testing.T, args ...string) (code int, stdout, stderr str
 			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
 	}()
 	t.Cleanup(func() { <-done }) // t.Context() has ended, so the starter returns
-	select {
-	case <-out.seen:
-		openGate(t, s)
-	case <-done:
-		t.Fatalf("the starter ended before printing line 1: %s", errOut.String())
+	for i, g := range gates {
+		select {
+		case <-seen[i]:
+			if g.before != nil {
+				g.before()
+			}
+			openGate(t, s, fmt.Sprintf("gate-%d", g.line))
+		case <-done:
+			t.Fatalf("the starter ended before printing line %d: %s", g.line, errOut.String())
+		}
 	}
 	<-done
 	return code, out.String(), errOut.String()
 }
 
-// openGate creates the file gate in the workspace of the stack's only
+// openGate creates the file name in the workspace of the stack's only
 // lease.
-func openGate(t *testing.T, s *stack.Stack) {
+func openGate(t *testing.T, s *stack.Stack, name string) {
 	t.Helper()
 	direct, err := s.Provider(createos.Config{})
 	require.NoError(t, err)
 	leases, err := direct.ListLeases(t.Context(), nil)
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
-	res, err := direct.Execute(t.Context(), leases[0], sandbox.Command{Argv: []string{"touch", "gate"}}, nil)
+	res, err := direct.Execute(t.Context(), leases[0], sandbox.Command{Argv: []string{"touch", name}}, nil)
 	require.NoError(t, err)
 	require.True(t, res.Succeeded(), "%+v", res)
 }
 
-// watchedBuffer is a buffer that closes seen once it holds want.
+// watchedBuffer is a buffer that tells when it holds given text.
 type watchedBuffer struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	mu       sync.Mutex
+	buf      bytes.Buffer
+	watchers []watcher
+}
+
+type watcher struct {
 	want string
 	seen chan struct{}
 }
 
-func newWatchedBuffer(want string) *watchedBuffer {
-	return &watchedBuffer{want: want, seen: make(chan struct{})}
+// when returns a channel closed once the buffer holds want.
+func (w *watchedBuffer) when(want string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := make(chan struct{})
+	w.watchers = append(w.watchers, watcher{want, seen})
+	w.check()
+	return seen
 }
 
 func (w *watchedBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	had := strings.Contains(w.buf.String(), w.want)
 	n, err := w.buf.Write(p)
-	if !had && strings.Contains(w.buf.String(), w.want) {
-		close(w.seen)
-	}
+	w.check()
 	return n, err
+}
+
+// check closes the channels of the watchers whose text has come; w.mu is
+// held.
+func (w *watchedBuffer) check() {
+	kept := w.watchers[:0]
+	for _, x := range w.watchers {
+		if strings.Contains(w.buf.String(), x.want) {
+			close(x.seen)
+		} else {
+			kept = append(kept, x)
+		}
+	}
+	w.watchers = kept
 }
 
 func (w *watchedBuffer) String() string {
