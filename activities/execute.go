@@ -120,7 +120,8 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 
 	m := meterOf(ctx)
 	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters()}
-	stop := a.keepHeartbeating(ctx, progress.snapshot)
+	stop, nudge := a.keepBeating(ctx, progress.snapshot)
+	progress.nudge = nudge
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
 	if previous.Process.ID != "" && !previous.Ended {
@@ -247,6 +248,8 @@ func (a *Activities) withSecrets(ctx context.Context, cmd sandbox.Command, secre
 type progressRecorder struct {
 	ctx   context.Context
 	bytes map[sandbox.Stream]client.MetricsCounter // output bytes by stream
+	// nudge asks for a heartbeat soon: output has arrived.
+	nudge func()
 
 	mu        sync.Mutex
 	progress  ExecuteProgress
@@ -298,6 +301,9 @@ func (r *progressRecorder) Output(c sandbox.Chunk) {
 	}
 	r.progress.Bytes += int64(c.Bytes)
 	r.mu.Unlock()
+	if r.nudge != nil && c.Text != "" {
+		r.nudge()
+	}
 	if counter, ok := r.bytes[c.Stream]; ok {
 		counter.Inc(int64(c.Bytes))
 	}

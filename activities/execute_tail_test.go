@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -69,4 +70,33 @@ func TestReattachContinuesTheOutputTailsOfTheEarlierAttempt(t *testing.T) {
 	assert.Equal(t, OutputTail{Text: "line 1\nline 2\n", End: 14}, last.Stdout, "replayed frames are not added twice")
 	assert.Equal(t, OutputTail{Text: "warn\n", End: 5}, last.Stderr)
 	assert.Equal(t, int64(3), last.Cursor)
+}
+
+func TestOutputIsHeartbeatedWithoutWaitingForTheInterval(t *testing.T) {
+	env, provider := newEnv(t, nil) // a heartbeat interval of an hour
+	carried := make(chan struct{})
+	var once sync.Once
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var p ExecuteProgress
+		assert.NoError(t, details.Get(&p))
+		if p.Stdout.Text == "line 1\n" {
+			once.Do(func() { close(carried) })
+		}
+	})
+	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
+			// No Started, whose heartbeat would open the SDK's throttle
+			// window (30 s in the test environment).
+			obs.Output(sandbox.Chunk{Seq: 1, Stream: sandbox.Stdout, Text: "line 1\n", Bytes: 7})
+			// The command goes on only once a heartbeat has shown line 1.
+			select {
+			case <-carried:
+				return sandbox.Result{ProcessID: "proc-1", Stdout: "line 1\n"}, nil
+			case <-time.After(time.Minute): // a hang guard, not a deadline
+				return sandbox.Result{}, &sandbox.ConnectionExhaustedError{LeaseID: lease.ID, ProcessID: "proc-1", Attempts: 1}
+			}
+		})
+
+	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
+	require.NoError(t, err, "no heartbeat carried the output before the interval")
 }

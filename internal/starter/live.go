@@ -16,10 +16,10 @@ import (
 
 // livePollInterval is how often the starter asks Temporal for the running
 // command's output. What it finds is as fresh as Execute's last heartbeat:
-// the worker heartbeats every few seconds (activities.DefaultHeartbeatInterval,
-// at most a third of the heartbeat timeout) and its SDK may hold a heartbeat
-// back for up to its MaxHeartbeatThrottleInterval, so live output lags the
-// command by seconds, not milliseconds.
+// Execute asks for one as soon as output arrives, but the worker's SDK holds
+// heartbeats back for up to its MaxHeartbeatThrottleInterval (2 s on
+// sandboxflow's worker), so live output lags the command by up to a few
+// seconds.
 const livePollInterval = 500 * time.Millisecond
 
 // livePrinter prints a running command's output as Execute's heartbeats
