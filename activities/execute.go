@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -39,6 +40,48 @@ type ExecuteProgress struct {
 	// killed it: a retry must then start the command anew rather than attach
 	// to a dead process.
 	Ended bool `json:"ended,omitempty"`
+	// Stdout and Stderr are the ends of the command's output streams, for
+	// whoever shows it live (the starter, the Web UI's pending activity).
+	Stdout OutputTail `json:"stdout,omitzero"`
+	Stderr OutputTail `json:"stderr,omitzero"`
+}
+
+// LiveTailBytes bounds the output that each stream's OutputTail carries in
+// a heartbeat, so that heartbeats (encrypted with the rest when the codec is
+// on) stay small.
+const LiveTailBytes = 4 << 10
+
+// OutputTail is the end of one output stream as Execute's heartbeats carry
+// it. The stream's bytes [End-len(Text), End) are Text; a reader that has
+// printed the stream up to offset n prints Text from n on, and learns that
+// it missed End-len(Text)-n bytes when that is positive.
+type OutputTail struct {
+	// Text is the stream's last output, decoded as UTF-8, at most
+	// LiveTailBytes long and cut at a character boundary.
+	Text string `json:"text,omitempty"`
+	// End is the offset of Text's end in the stream: how many bytes of
+	// decoded output the stream has produced in all.
+	End int64 `json:"end,omitempty"`
+}
+
+// Start is the offset in the stream of Text's first byte.
+func (t OutputTail) Start() int64 { return t.End - int64(len(t.Text)) }
+
+// append adds text to the end of the stream, keeping at most LiveTailBytes.
+func (t *OutputTail) append(text string) {
+	t.End += int64(len(text))
+	if len(t.Text)+len(text) <= LiveTailBytes {
+		t.Text += text
+		return
+	}
+	if len(text) < LiveTailBytes {
+		text = t.Text[len(t.Text)-(LiveTailBytes-len(text)):] + text
+	}
+	cut := len(text) - LiveTailBytes
+	for cut < len(text) && !utf8.RuneStart(text[cut]) {
+		cut++
+	}
+	t.Text = text[cut:]
 }
 
 // Execute runs a command on a lease and returns its Result; a non-zero exit
@@ -77,12 +120,13 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 
 	m := meterOf(ctx)
 	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters()}
-	stop := a.keepHeartbeating(ctx, progress.snapshot)
+	stop, nudge := a.keepBeating(ctx, progress.snapshot)
+	progress.nudge = nudge
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
 	if previous.Process.ID != "" && !previous.Ended {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
-		progress.follow(previous.Process)
+		progress.resume(previous)
 		result, err = a.Provider.Attach(runCtx, lease, previous.Process, progress)
 	} else {
 		result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
@@ -204,10 +248,26 @@ func (a *Activities) withSecrets(ctx context.Context, cmd sandbox.Command, secre
 type progressRecorder struct {
 	ctx   context.Context
 	bytes map[sandbox.Stream]client.MetricsCounter // output bytes by stream
+	// nudge asks for a heartbeat soon: output has arrived.
+	nudge func()
 
 	mu        sync.Mutex
 	progress  ExecuteProgress
 	startedAt time.Time // when this attempt's provider created the process
+	// replayed is the last frame that an earlier attempt already added to
+	// the output tails: Attach delivers the output from its start again.
+	replayed int64
+}
+
+// resume continues what an earlier attempt recorded of the process it
+// started: the output tails go on from where its last heartbeat left
+// them, so that a reader of the heartbeats sees one stream.
+func (r *progressRecorder) resume(previous ExecuteProgress) {
+	r.mu.Lock()
+	r.progress.Stdout, r.progress.Stderr = previous.Stdout, previous.Stderr
+	r.progress.Cursor, r.replayed = previous.Cursor, previous.Cursor
+	r.mu.Unlock()
+	r.follow(previous.Process)
 }
 
 // Started records the process and heartbeats at once: from now on a worker
@@ -230,9 +290,20 @@ func (r *progressRecorder) follow(p sandbox.Process) {
 
 func (r *progressRecorder) Output(c sandbox.Chunk) {
 	r.mu.Lock()
-	r.progress.Cursor = c.Seq
+	if c.Seq > r.replayed {
+		r.progress.Cursor = max(r.progress.Cursor, c.Seq)
+		switch c.Stream {
+		case sandbox.Stdout:
+			r.progress.Stdout.append(c.Text)
+		case sandbox.Stderr:
+			r.progress.Stderr.append(c.Text)
+		}
+	}
 	r.progress.Bytes += int64(c.Bytes)
 	r.mu.Unlock()
+	if r.nudge != nil && c.Text != "" {
+		r.nudge()
+	}
 	if counter, ok := r.bytes[c.Stream]; ok {
 		counter.Inc(int64(c.Bytes))
 	}

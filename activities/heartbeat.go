@@ -12,7 +12,13 @@ import (
 // within the activity's heartbeat timeout and a cancellation reaches the
 // activity. details, if not nil, supplies the details of each heartbeat.
 func (a *Activities) keepHeartbeating(ctx context.Context, details func() any) (stop func()) {
-	return KeepHeartbeating(ctx, a.heartbeatInterval(activity.GetInfo(ctx).HeartbeatTimeout), details)
+	stop, _ = a.keepBeating(ctx, details)
+	return stop
+}
+
+// keepBeating is keepHeartbeating with a nudge (see keepBeating).
+func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop, nudge func()) {
+	return keepBeating(ctx, a.heartbeatInterval(activity.GetInfo(ctx).HeartbeatTimeout), details)
 }
 
 // KeepHeartbeating records a heartbeat of the activity running in ctx
@@ -22,6 +28,17 @@ func (a *Activities) keepHeartbeating(ctx context.Context, details func() any) (
 // Update) uses it so that its worker's death is noticed within the
 // heartbeat timeout and cancellation reaches it.
 func KeepHeartbeating(ctx context.Context, interval time.Duration, details func() any) (stop func()) {
+	stop, _ = keepBeating(ctx, interval, details)
+	return stop
+}
+
+// keepBeating is KeepHeartbeating that also returns nudge, which asks for
+// a heartbeat now rather than at the next interval, without waiting for it:
+// Execute nudges when output arrives, so that its heartbeats carry the
+// output live. The SDK's heartbeat throttle (the worker's
+// MaxHeartbeatThrottleInterval) still bounds how often one reaches the
+// server, and holds back only the latest details.
+func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop, nudge func()) {
 	beat := func() {
 		if details == nil {
 			activity.RecordHeartbeat(ctx)
@@ -31,6 +48,7 @@ func KeepHeartbeating(ctx context.Context, interval time.Duration, details func(
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	nudged := make(chan struct{}, 1)
 	go func() {
 		defer close(finished)
 		ticker := time.NewTicker(interval)
@@ -39,6 +57,8 @@ func KeepHeartbeating(ctx context.Context, interval time.Duration, details func(
 			select {
 			case <-ticker.C:
 				beat()
+			case <-nudged:
+				beat()
 			case <-done:
 				return
 			case <-ctx.Done():
@@ -46,8 +66,15 @@ func KeepHeartbeating(ctx context.Context, interval time.Duration, details func(
 			}
 		}
 	}()
-	return func() {
+	stop = func() {
 		close(done)
 		<-finished
 	}
+	nudge = func() {
+		select {
+		case nudged <- struct{}{}:
+		default: // a heartbeat is coming anyway
+		}
+	}
+	return stop, nudge
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -25,7 +26,7 @@ type jsonSessionResult struct {
 // command that does not succeed, and returns that command's exit code (or
 // the last one's). The session is closed at the end, and cancelled when
 // the starter is interrupted: either way its lease is destroyed.
-func runSession(ctx context.Context, c client.Client, startOpts client.StartWorkflowOptions, opts options, stdio IO, started Started) int {
+func runSession(ctx context.Context, c client.Client, dc converter.DataConverter, startOpts client.StartWorkflowOptions, opts options, stdio IO, started Started) int {
 	sess, err := workflows.StartSession(ctx, c, startOpts, workflows.SessionRequest{
 		Lease:          opts.request.Lease,
 		MaxFreshLeases: opts.request.MaxFreshLeases,
@@ -54,8 +55,16 @@ func runSession(ctx context.Context, c client.Client, startOpts client.StartWork
 	}()
 
 	code := 0
+	followed := "" // the Execute activity of the command before
 	for i, cmd := range opts.commands() {
+		var live *livePrinter
+		if !opts.json {
+			live = newLivePrinter(stdio, dc)
+			live.ignore = followed
+		}
+		stopLive := follow(runCtx, c, sess.ID(), live)
 		res, err := sess.Execute(runCtx, workflows.SessionCommand{Command: cmd, SecretEnv: opts.request.SecretEnv})
+		stopLive()
 		select {
 		case <-interrupted:
 			return cancelSession(c, sess, stdio)
@@ -69,7 +78,10 @@ func runSession(ctx context.Context, c client.Client, startOpts client.StartWork
 		if res.WorkspaceReset {
 			fmt.Fprintf(stdio.Stderr, "starter: the session's lease was replaced before command %d: its workspace was reset\n", res.Seq)
 		}
-		if code = printSessionResult(stdio, opts, sess.ID(), res); code != 0 {
+		if live != nil {
+			followed = live.activity
+		}
+		if code = printSessionResult(stdio, live, opts, sess.ID(), res); code != 0 {
 			break
 		}
 	}
@@ -85,9 +97,9 @@ func runSession(ctx context.Context, c client.Client, startOpts client.StartWork
 
 // printSessionResult prints one command's result and returns its shell
 // exit code.
-func printSessionResult(stdio IO, opts options, sessionID string, res workflows.SessionResult) int {
+func printSessionResult(stdio IO, live *livePrinter, opts options, sessionID string, res workflows.SessionResult) int {
 	if !opts.json {
-		return printResult(stdio, res.Result, fmt.Sprintf("command %d", res.Seq), opts.request.Command.Timeout)
+		return printResult(stdio, live, res.Result, fmt.Sprintf("command %d", res.Seq), opts.request.Command.Timeout)
 	}
 	line := jsonSessionResult{
 		jsonResult: newJSONResult(sessionID, "", res.Result, res.LeaseID, res.FreshLeases),

@@ -77,7 +77,7 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
 	}
 	if opts.session() {
-		return runSession(ctx, c, startOpts, opts, stdio, started)
+		return runSession(ctx, c, temporalOptions.DataConverter, startOpts, opts, stdio, started)
 	}
 	run, err := c.ExecuteWorkflow(ctx, startOpts, workflows.WorkflowName, opts.request)
 	if err != nil {
@@ -95,7 +95,11 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		return 0
 	}
 
-	result, err := wait(ctx, c, run, stdio)
+	live := newLivePrinter(stdio, temporalOptions.DataConverter)
+	if opts.json {
+		live = nil // --json prints one object, at the end
+	}
+	result, err := wait(ctx, c, run, stdio, live)
 	if err != nil {
 		if errors.Is(err, errInterrupted) {
 			fmt.Fprintln(stdio.Stderr, "starter: interrupted; the run was cancelled and its lease released")
@@ -110,14 +114,14 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		}
 		return result.ShellExitCode()
 	}
-	return printResult(stdio, result.Result, "the command", opts.request.Command.Timeout)
+	return printResult(stdio, live, result.Result, "the command", opts.request.Command.Timeout)
 }
 
-// printResult prints a command's output and how it ended, and returns its
-// shell exit code. what names the command in messages.
-func printResult(stdio IO, res sandbox.Result, what string, timeout time.Duration) int {
-	io.WriteString(stdio.Stdout, res.Stdout)
-	io.WriteString(stdio.Stderr, res.Stderr)
+// printResult prints a command's output (what live has not printed of it
+// yet) and how it ended, and returns its shell exit code. what names the
+// command in messages.
+func printResult(stdio IO, live *livePrinter, res sandbox.Result, what string, timeout time.Duration) int {
+	live.finish(res)
 	switch {
 	case res.TimedOut:
 		fmt.Fprintf(stdio.Stderr, "starter: %s timed out after %s and was killed\n", what, timeout)
@@ -163,10 +167,11 @@ func writeJSON(stdio IO, r any) int {
 
 var errInterrupted = errors.New("interrupted")
 
-// wait waits for the run's result, showing progress if asked. An interrupt
+// wait waits for the run's result, showing progress if asked and the
+// command's output as it runs if live is not nil. An interrupt
 // (SIGINT) cancels the run and waits for it to release its lease; a second
 // one stops waiting.
-func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO) (workflows.Result, error) {
+func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO, live *livePrinter) (workflows.Result, error) {
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt)
 	defer signal.Stop(interrupts)
@@ -183,13 +188,16 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 	}()
 
 	var ticks <-chan time.Time
-	if stdio.Progress {
-		ticker := time.NewTicker(500 * time.Millisecond)
+	if stdio.Progress || live != nil {
+		ticker := time.NewTicker(livePollInterval)
 		defer ticker.Stop()
 		ticks = ticker.C
 	}
 	progress := progressLine{w: stdio.Stderr}
 	defer progress.clear()
+	if live != nil {
+		live.beforePrint = progress.clear
+	}
 	interrupted := false
 	for {
 		select {
@@ -209,6 +217,12 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 				fmt.Fprintf(stdio.Stderr, "starter: cannot cancel the run: %v\n", oneLine(err))
 			}
 		case <-ticks:
+			if live != nil {
+				live.poll(ctx, c, run.GetID(), run.GetRunID())
+			}
+			if !stdio.Progress {
+				continue
+			}
 			queryCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			value, err := c.QueryWorkflow(queryCtx, run.GetID(), run.GetRunID(), workflows.StateQuery)
 			cancel()
