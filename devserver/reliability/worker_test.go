@@ -44,7 +44,9 @@ func (e *env) startWorker() *workerProcess {
 	e.t.Helper()
 	bin, err := workerBinary()
 	require.NoError(e.t, err)
-	cmd := exec.Command(bin, "--log-level", "warn")
+	// Port 0: a fixed metrics port fails the worker wherever it is taken
+	// (another worker, another test run).
+	cmd := exec.Command(bin, "--log-level", "warn", "--metrics-listen", "127.0.0.1:0")
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + e.t.TempDir(), // no Temporal profile of this machine's user
