@@ -124,6 +124,49 @@ func activitySummaries(t *testing.T, h *historypb.History) []string {
 	return out
 }
 
+// forkFromAWorkflow uses fork and set_egress from workflow code, through
+// the UpdateSession activity: it writes a file in a session, forks it,
+// and reads the file in the fork.
+func forkFromAWorkflow(ctx workflow.Context) ([]string, error) {
+	sess, err := workflows.OpenSession(ctx, workflows.SessionRequest{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo copied > f"}}}); err != nil {
+		return nil, err
+	}
+	state, err := sess.SetEgress(ctx, []string{"*"})
+	if err != nil {
+		return nil, err
+	}
+	forked, err := sess.Fork(ctx)
+	if err != nil {
+		return nil, err
+	}
+	read, err := forked.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := forked.Close(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := sess.Close(ctx); err != nil {
+		return nil, err
+	}
+	return append(state.Egress, read.Stdout), nil
+}
+
+func TestAWorkflowForksASessionAndSetsItsEgress(t *testing.T) {
+	needForks(t)
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	queue := sessionWorker(t, func(w worker.Worker) { w.RegisterWorkflow(forkFromAWorkflow) })
+	run, err := stackOf(t).Client.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: queue}, forkFromAWorkflow)
+	require.NoError(t, err)
+	var got []string
+	require.NoError(t, run.Get(t.Context(), &got))
+	assert.Equal(t, []string{"*", "copied\n"}, got)
+}
+
 // set_egress on the real stack: a rule changed between two commands of a
 // session applies to the next command's connection.
 func TestSessionSetEgressChangesTheNextConnection(t *testing.T) {
