@@ -1,6 +1,6 @@
 // Package activities runs the operations of a sandbox.Provider as Temporal
 // activities: CreateLease, Execute, DestroyLease and AcquireFreshLease, and
-// for sessions PauseLease and ResumeLease.
+// for sessions PauseLease, ResumeLease, ForkLease and SetEgress.
 //
 // Each activity leaves with its failure already classified: a top-level
 // *temporal.ApplicationError whose Type is the sandbox package's type name
@@ -31,6 +31,10 @@ const (
 	// Sessions (workflows.Session) also pause an idle lease and resume it.
 	NamePauseLease  = "sandboxflow.PauseLease"
 	NameResumeLease = "sandboxflow.ResumeLease"
+	// A session forks its paused lease into another session's, and
+	// changes its lease's egress between commands.
+	NameForkLease = "sandboxflow.ForkLease"
+	NameSetEgress = "sandboxflow.SetEgress"
 )
 
 // DefaultHeartbeatInterval is how often long-running activities record a
@@ -65,6 +69,8 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.AcquireFreshLease, activity.RegisterOptions{Name: NameAcquireFreshLease})
 	r.RegisterActivityWithOptions(a.PauseLease, activity.RegisterOptions{Name: NamePauseLease})
 	r.RegisterActivityWithOptions(a.ResumeLease, activity.RegisterOptions{Name: NameResumeLease})
+	r.RegisterActivityWithOptions(a.ForkLease, activity.RegisterOptions{Name: NameForkLease})
+	r.RegisterActivityWithOptions(a.SetEgress, activity.RegisterOptions{Name: NameSetEgress})
 }
 
 // heartbeatInterval is how often an activity with the given heartbeat

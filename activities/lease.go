@@ -160,14 +160,7 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 			meterOf(ctx).leaseCreated()
 			return lease, nil
 		}
-		var cleanup *sandbox.CleanupError
-		if errors.As(err, &cleanup) && cleanup.ProcessID == "" && cleanup.LeaseID != "" && cleanup.Err != nil {
-			if a.destroyHalfMade(ctx, cleanup.LeaseID) == nil {
-				activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
-				meterOf(ctx).leaseDestroyed()
-				err = setupFailure(cleanup.Err)
-			}
-		}
+		err = a.destroyHalfMade(ctx, err)
 		var gone *sandbox.LeaseGoneError
 		if sandbox.ErrorType(err) != sandbox.TypeLeaseGone || !errors.As(err, &gone) || gone.LeaseID == "" || steps == maxGoneCreates {
 			return lease, err
@@ -184,10 +177,28 @@ const (
 	redestroyDelay = 250 * time.Millisecond
 )
 
-// destroyHalfMade destroys a sandbox that could not be set up, trying a
+// destroyHalfMade returns err, the failure of a create or a fork, or —
+// when err is the cleanup error of a sandbox that was made but could
+// neither be set up nor destroyed, and destroying it once more works —
+// the failure that cost it its setup.
+func (a *Activities) destroyHalfMade(ctx context.Context, err error) error {
+	var cleanup *sandbox.CleanupError
+	if !errors.As(err, &cleanup) || cleanup.Reason != sandbox.TerminationUnconfirmed ||
+		cleanup.ProcessID != "" || cleanup.LeaseID == "" || cleanup.Err == nil {
+		return err
+	}
+	if a.destroyAgain(ctx, cleanup.LeaseID) != nil {
+		return err
+	}
+	activity.GetLogger(ctx).Info("destroyed a sandbox that could not be set up", "lease", cleanup.LeaseID)
+	meterOf(ctx).leaseDestroyed()
+	return setupFailure(cleanup.Err)
+}
+
+// destroyAgain destroys a sandbox that could not be set up, trying a
 // few times: a destroy is idempotent, and each one that fails costs the
 // run a compensation.
-func (a *Activities) destroyHalfMade(ctx context.Context, leaseID string) error {
+func (a *Activities) destroyAgain(ctx context.Context, leaseID string) error {
 	var err error
 	for i := range redestroys {
 		if i > 0 {
@@ -248,17 +259,21 @@ func (a *Activities) sweep(ctx context.Context, runKey string, doom func(sandbox
 
 // labelledSpec adds the run's labels and idempotency key to spec.
 func (a *Activities) labelledSpec(ctx context.Context, spec sandbox.LeaseSpec, runKey string, generation int) sandbox.LeaseSpec {
-	labels := maps.Clone(spec.Labels)
+	spec.Labels = runLabels(ctx, spec.Labels, runKey, generation)
+	spec.IdempotencyKey = idempotencyKey(runKey, strconv.Itoa(generation))
+	return spec
+}
+
+// runLabels returns labels with those of a lease of the run's generation.
+func runLabels(ctx context.Context, labels map[string]string, runKey string, generation int) map[string]string {
+	labels = maps.Clone(labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	gen := strconv.Itoa(generation)
 	labels[LabelRun] = runKey
-	labels[LabelGeneration] = gen
+	labels[LabelGeneration] = strconv.Itoa(generation)
 	labels[LabelWorkflowID] = activity.GetInfo(ctx).WorkflowExecution.ID
-	spec.Labels = labels
-	spec.IdempotencyKey = idempotencyKey(runKey, gen)
-	return spec
+	return labels
 }
 
 // idempotencyKey derives a create's idempotency key from its parts.

@@ -9,8 +9,9 @@
 //	res, err := client.Execute(ctx, lease, sandbox.Command{Argv: []string{"make", "test"}}, nil)
 //
 // A Client leases sandboxes (CreateLease, GetLease, DestroyLease,
-// ListLeases, PauseLease, ResumeLease) and runs commands in them (Execute,
-// and Attach to follow a command again after its caller died).
+// ListLeases, PauseLease, ResumeLease, ForkLease of a paused one), sets
+// their egress (SetEgress) and runs commands in them (Execute, and Attach
+// to follow a command again after its caller died).
 //
 // # How a command runs
 //
@@ -44,6 +45,10 @@
 // when the answer never comes, or the name is taken, the sandbox is looked
 // up by that name instead of being created twice, and ListLeases finds a
 // run's sandboxes by their names, so the orphan sweep works there too.
+//
+// A fork has no name and no key. One whose answer is lost is looked for by
+// its labels, or as the one new fork of its source (forked_from); not
+// found, it is a *sandbox.CleanupError (ForkUnconfirmed), never sent again.
 //
 // # Retries
 //

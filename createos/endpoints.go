@@ -31,6 +31,8 @@ type sandboxData struct {
 	Name      string            `json:"name"`
 	Workspace string            `json:"workspace"` // [ext]
 	Labels    map[string]string `json:"labels"`    // [ext]
+	// ForkedFrom is the source of a fork (SandboxView.forked_from).
+	ForkedFrom string `json:"forked_from"`
 }
 
 type createSandboxBody struct {

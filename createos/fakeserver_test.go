@@ -67,6 +67,8 @@ type fakeRequest struct {
 type fakeSandbox struct {
 	id, status string
 	labels     map[string]string
+	forkedFrom string
+	egress     []string
 	polls      int // GETs left in "creating"
 	files      map[string][]byte
 	procs      map[string]*fakeProc
@@ -114,6 +116,8 @@ func newFakeServer(t testing.TB) *fakeServer {
 		{"DELETE /v1/sandboxes/{sb}", "deleteSandbox", f.deleteSandbox},
 		{"POST /v1/sandboxes/{sb}/pause", "pause", f.transition("paused")},
 		{"POST /v1/sandboxes/{sb}/resume", "resume", f.transition("running")},
+		{"POST /v1/sandboxes/{sb}/fork", "fork", f.fork},
+		{"PUT /v1/sandboxes/{sb}/egress", "setEgress", f.setEgress},
 		{"POST /v1/sandboxes/{sb}/exec", "exec", f.exec},
 		{"PUT /v1/sandboxes/{sb}/files", "putFile", f.putFile},
 		{"POST /v1/sandboxes/{sb}/processes", "createProcess", f.createProcess},
@@ -311,6 +315,9 @@ func (f *fakeServer) createSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeServer) sandboxDataLocked(sb *fakeSandbox) map[string]any {
 	data := map[string]any{"id": sb.id, "status": sb.status, "labels": sb.labels}
+	if sb.forkedFrom != "" {
+		data["forked_from"] = sb.forkedFrom
+	}
 	if f.workspace != "" {
 		data["workspace"] = f.workspace
 	}
@@ -329,6 +336,9 @@ func (f *fakeServer) getSandbox(w http.ResponseWriter, r *http.Request) {
 		if sb.polls--; sb.polls <= 0 {
 			sb.status = "running"
 		}
+	}
+	if sb.status == "forking" {
+		sb.status = "running" // after one read
 	}
 	writeData(w, f.sandboxDataLocked(sb))
 }

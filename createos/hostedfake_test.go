@@ -66,6 +66,9 @@ type hostedFake struct {
 	answerCreate func(w http.ResponseWriter, n int) bool
 	// failCreate may refuse the n-th create before anything happens.
 	failCreate func(w http.ResponseWriter, n int) bool
+	// answerFork may replace the answer of the n-th fork (returning
+	// true), after the fork was made: to lose it, for example.
+	answerFork func(w http.ResponseWriter, n int) bool
 	// program runs when a process's gate opens; nil writes "hosted\n" and
 	// exits 0.
 	program func(p *hostedProc)
@@ -83,6 +86,8 @@ type hostedRequest struct {
 type hostedSandbox struct {
 	id, name, status string
 	body             map[string]any // the create body as sent
+	forkedFrom       string
+	egress           []string
 	dirs             map[string]bool
 	files            map[string][]byte
 	procs            map[string]*hostedProc
@@ -115,6 +120,8 @@ func newHostedFake(t testing.TB) *hostedFake {
 		"GET /v1/sandboxes/{sb}/processes/{pid}/wait":         f.wait,
 		"DELETE /v1/sandboxes/{sb}/processes/{pid}":           f.killProcess,
 		"POST /v1/sandboxes/{sb}/{verb}":                      f.lifecycle,
+		"POST /v1/sandboxes/{sb}/fork":                        f.fork,
+		"PUT /v1/sandboxes/{sb}/egress":                       f.setEgress,
 	} {
 		f.mux.HandleFunc(pattern, h)
 	}
@@ -204,6 +211,9 @@ func (sb *hostedSandbox) view() map[string]any {
 		"created_at": "2026-09-01T12:00:00Z", "ingress_enabled": false}
 	if sb.status != "creating" {
 		v["ip"] = "10.0.0." + strings.TrimPrefix(sb.id, "sb_")
+	}
+	if sb.forkedFrom != "" {
+		v["forked_from"] = sb.forkedFrom
 	}
 	if envs, ok := sb.body["envs"].(map[string]any); ok {
 		var names []string

@@ -32,10 +32,11 @@ var errNotReady = errors.New("the sandbox was not running within the ready timeo
 // labels and the key (see names.go): when the answer never comes, or the
 // name is taken (409), the sandbox is looked up by that name and, if it
 // lives, used. The create has its own budget, CreateTimeout, as the hosted
-// service answers only once the sandbox runs. The sandbox is created with
-// ingress disabled. The wait polls the sandbox's state through the
-// transitional states under one deadline, ReadyTimeout; a sandbox that
-// settles in another state than running, or not in time, is a failure.
+// service answers only once the sandbox runs. spec.Egress and
+// spec.IngressEnabled are sent as egress and ingress_enabled. The wait
+// polls the sandbox's state through the transitional states under one
+// deadline, ReadyTimeout; a sandbox that settles in another state than
+// running, or not in time, is a failure.
 //
 // If any step after the server returned the sandbox's id fails, the
 // sandbox is destroyed before the error is returned, with a deadline of
@@ -68,6 +69,7 @@ func (c *Client) CreateLease(ctx context.Context, spec sandbox.LeaseSpec) (sandb
 		Region:                orDefault(spec.Region, c.cfg.region),
 		DiskMiB:               spec.DiskMiB,
 		Egress:                spec.Egress,
+		IngressEnabled:        spec.IngressEnabled,
 		Envs:                  envs,
 		AutoPauseAfterSeconds: int64(spec.AutoPauseAfter / time.Second),
 		Labels:                spec.Labels,
@@ -330,15 +332,7 @@ func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sa
 	if err := checkLabels(labels); err != nil {
 		return nil, err
 	}
-	pairs := make([]string, 0, len(labels))
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		pairs = append(pairs, k+"="+labels[k])
-	}
-	var filter url.Values
-	if len(pairs) > 0 {
-		filter = url.Values{"label": pairs}
-	}
-	found, legacy, err := c.listSandboxes(ctx, filter)
+	found, legacy, err := c.listSandboxes(ctx, labelFilter(labels))
 	if err != nil {
 		return nil, err
 	}

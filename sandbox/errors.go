@@ -29,11 +29,21 @@ const (
 	// TerminationUnconfirmed: a process tree (or, without a ProcessID, a
 	// whole sandbox) was told to die but its end could not be confirmed.
 	TerminationUnconfirmed CleanupReason = "termination_unconfirmed"
+	// ForkUnconfirmed: a fork request was sent but no answer came back,
+	// and the sandbox it may have made was not found. LeaseID is the
+	// source, which is intact: what may exist, uncontrolled, is a sandbox
+	// forked from it, carrying the fork's labels.
+	ForkUnconfirmed CleanupReason = "fork_unconfirmed"
 )
 
 // CleanupError means the lease may now hold an orphan process. The lease
 // must never be used again: destroy it and take a fresh one. Retrying on the
 // same lease is wrong, so the error is not retryable.
+//
+// A fork is the exception (Reason ForkUnconfirmed): the orphan may be a
+// whole sandbox forked from LeaseID, and LeaseID itself is intact. Sending
+// the fork again might make a second one, so that is not retryable either;
+// the remedy is to sweep by the fork's labels.
 type CleanupError struct {
 	Reason    CleanupReason
 	LeaseID   string
@@ -52,6 +62,8 @@ func (e *CleanupError) Error() string {
 		if e.ProcessID == "" {
 			msg = "cleanup is unconfirmed: the sandbox may still exist; destroy it"
 		}
+	case ForkUnconfirmed:
+		msg = "the fork could not be confirmed; a sandbox forked from it may exist: find it by its labels"
 	default:
 		msg = "cleanup could not be confirmed"
 	}

@@ -22,9 +22,14 @@ type LeaseSpec struct {
 	Region string `json:"region,omitempty"`
 	// DiskMiB is the disk size; zero means the shape's default.
 	DiskMiB int `json:"diskMiB,omitempty"`
-	// Egress is the allowlist of outbound destinations ("host:port" or
-	// "host"); empty allows everything.
+	// Egress is the allowlist of outward destinations (see CheckEgress):
+	// "*" allows everything, and so does an empty list, as far as the
+	// server's own policy allows (sandboxd's default allows nothing).
+	// A session changes it between commands (workflows.UpdateSetEgress).
 	Egress []string `json:"egress,omitempty"`
+	// IngressEnabled turns on the sandbox's preview URLs: HTTP from
+	// outside to its ports (the server's ingress_url_template).
+	IngressEnabled bool `json:"ingressEnabled,omitempty"`
 	// Env sets variables in every command run in the sandbox. Values are
 	// workflow input, stored in history: put secrets in SecretEnv.
 	Env map[string]string `json:"env,omitempty"`
@@ -75,10 +80,8 @@ func (s LeaseSpec) Validate() error {
 	if s.DiskMiB < 0 {
 		return &InvalidInputError{Field: "diskMiB", Reason: "must not be negative"}
 	}
-	for i, rule := range s.Egress {
-		if rule == "" || strings.ContainsFunc(rule, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			return &InvalidInputError{Field: fmt.Sprintf("egress[%d]", i), Reason: "must be a non-empty host or host:port without spaces"}
-		}
+	if err := CheckEgress("egress", s.Egress); err != nil {
+		return err
 	}
 	for name, value := range s.Env {
 		if !ValidEnvName(name) {
@@ -109,6 +112,37 @@ func (s LeaseSpec) Validate() error {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// CheckEgress returns an *InvalidInputError naming the first rule at fault
+// (field[i]) when rules are not egress rules: each is "*" or a host, an IP
+// address or a CIDR, each with or without ":port" — non-empty, without
+// spaces or control characters. What a rule may name beyond that is the
+// server's to decide.
+func CheckEgress(field string, rules []string) error {
+	for i, rule := range rules {
+		if rule == "" || strings.ContainsFunc(rule, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return &InvalidInputError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: "must be \"*\", a host, an IP or a CIDR, with or without :port, without spaces"}
+		}
+	}
+	return nil
+}
+
+// ForkSpec describes a fork: a new sandbox whose files start as a copy of
+// a paused one's (Provider.ForkLease). Empty fields inherit the source's.
+type ForkSpec struct {
+	// Egress, when not empty, replaces the source's egress rules in the
+	// fork (["*"] allows everything); empty inherits them.
+	Egress []string `json:"egress,omitempty"`
+	// Labels are attached to the fork, as LeaseSpec.Labels: so that a fork
+	// whose answer was lost can be found again, and swept. The source's
+	// labels are not inherited (they name the source).
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Validate checks the spec without sending anything.
+func (s ForkSpec) Validate() error {
+	return CheckEgress("egress", s.Egress)
+}
 
 // LeaseStatus is the lifecycle state of a sandbox as the server reports it.
 type LeaseStatus string
@@ -191,6 +225,21 @@ type Provider interface {
 	// PauseLease freezes every process of a sandbox; ResumeLease thaws them.
 	PauseLease(ctx context.Context, leaseID string) error
 	ResumeLease(ctx context.Context, leaseID string) error
+	// ForkLease makes a new sandbox whose files start as a copy of a paused
+	// sandbox's, and returns it once it runs and is ready for commands;
+	// processes are not carried over. The source must be paused: the
+	// caller pauses it (PauseLease, then GetLease until it reads paused)
+	// and resumes it when it wants it back; a source in any other state is
+	// an *InvalidInputError before anything is sent. A fork whose answer
+	// never came is looked for (by spec.Labels, or as the one new fork of
+	// the source); when it is not found it may still exist, and the error
+	// is a *CleanupError with Reason ForkUnconfirmed. As CreateLease, a
+	// fork that cannot be made ready is destroyed before the error returns.
+	ForkLease(ctx context.Context, sourceID string, spec ForkSpec) (Lease, error)
+	// SetEgress replaces a sandbox's egress rules (see LeaseSpec.Egress; an
+	// empty list allows everything the server allows). New connections
+	// follow them; established ones are left alone.
+	SetEgress(ctx context.Context, leaseID string, rules []string) error
 
 	// Execute runs cmd in the lease and follows its output until it exits,
 	// its timeout expires or ctx ends. A non-zero exit and a timeout are

@@ -74,3 +74,20 @@ func TestLeaseSpecValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestForkSpecValidate(t *testing.T) {
+	assert.NoError(t, ForkSpec{}.Validate())
+	assert.NoError(t, ForkSpec{Egress: []string{"*"}, Labels: map[string]string{"run": "r1"}}.Validate())
+	err := ForkSpec{Egress: []string{"pypi.org:443", "a\tb"}}.Validate()
+	var invalid *InvalidInputError
+	if assert.ErrorAs(t, err, &invalid) {
+		assert.Equal(t, "egress[1]", invalid.Field)
+	}
+}
+
+func TestForkUnconfirmedNamesTheSourceAndIsNotRetried(t *testing.T) {
+	err := &CleanupError{Reason: ForkUnconfirmed, LeaseID: "sb-1"}
+	assert.Equal(t, "sandbox sb-1: the fork could not be confirmed; a sandbox forked from it may exist: find it by its labels", err.Error())
+	assert.False(t, Retryable(err))
+	assert.True(t, IsCleanupError(err))
+}

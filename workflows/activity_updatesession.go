@@ -30,6 +30,8 @@ type UpdateSessionInput struct {
 	Update string `json:"update"`
 	// Command is the command of UpdateExecute.
 	Command *SessionCommand `json:"command,omitempty"`
+	// Egress is the input of UpdateSetEgress.
+	Egress *SessionEgress `json:"egress,omitempty"`
 }
 
 // UpdateSessionOutput is what the Update returned: the field of its kind.
@@ -37,6 +39,7 @@ type UpdateSessionOutput struct {
 	Result  *SessionResult  `json:"result,omitempty"`
 	State   *SessionState   `json:"state,omitempty"`
 	Summary *SessionSummary `json:"summary,omitempty"`
+	Fork    *SessionFork    `json:"fork,omitempty"`
 }
 
 // updateSession is the UpdateSession activity. Its Update id is derived
@@ -66,6 +69,15 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	case UpdatePause, UpdateResume:
 		out.State = &SessionState{}
 		err = sendUpdate(ctx, c, in.SessionID, updateID, in.Update, out.State)
+	case UpdateSetEgress:
+		if in.Egress == nil {
+			return out, temporal.NewNonRetryableApplicationError("set_egress needs its rules", sandbox.TypeInvalidInput, nil)
+		}
+		out.State = &SessionState{}
+		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateSetEgress, out.State, *in.Egress)
+	case UpdateFork:
+		out.Fork = &SessionFork{}
+		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateFork, out.Fork)
 	case UpdateClose:
 		out.Summary = &SessionSummary{}
 		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)

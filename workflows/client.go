@@ -77,6 +77,31 @@ func (s *SessionClient) Resume(ctx context.Context) (SessionState, error) {
 	return state, err
 }
 
+// SetEgress replaces the egress rules of the session's lease, after the
+// commands already queued, and of every lease the session takes later.
+// Invalid rules are rejected before anything is sent.
+func (s *SessionClient) SetEgress(ctx context.Context, rules []string) (SessionState, error) {
+	in := SessionEgress{Egress: rules}
+	if err := in.Validate(); err != nil {
+		return SessionState{}, err
+	}
+	var state SessionState
+	err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdateSetEgress, &state, in)
+	return state, err
+}
+
+// Fork forks the session's lease, after the commands already queued, into
+// a new session, and returns its client. The new session's workspace starts
+// as a copy of this one's; it is independent of this session: close it
+// when done. See UpdateFork and SessionFork.
+func (s *SessionClient) Fork(ctx context.Context) (*SessionClient, error) {
+	var fork SessionFork
+	if err := sendUpdate(ctx, s.c, s.id, newUpdateID(), UpdateFork, &fork); err != nil {
+		return nil, err
+	}
+	return AttachSessionClient(s.c, fork.SessionID), nil
+}
+
 // Close runs the commands already queued, destroys the lease and ends the
 // session.
 func (s *SessionClient) Close(ctx context.Context) (SessionSummary, error) {

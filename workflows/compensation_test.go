@@ -119,7 +119,7 @@ func TestSessionAnswersAnUpdateRepeatedAfterContinueAsNew(t *testing.T) {
 func TestSessionAnswersARepeatedFailureWithItsDetails(t *testing.T) {
 	s := &session{}
 	details := CompensationDetails{FreshLeases: 1, DestroyedLeases: []string{"sbx-1", "sbx-2"}}
-	s.remember("u", SessionResult{Seq: 3}, roundTrip(t, temporal.NewNonRetryableApplicationError("no usable lease", TypeCompensationExhausted, nil, details)))
+	s.remember("u", AnsweredUpdate{Result: SessionResult{Seq: 3}}, roundTrip(t, temporal.NewNonRetryableApplicationError("no usable lease", TypeCompensationExhausted, nil, details)))
 
 	a, ok := s.answered("u")
 	require.True(t, ok)
@@ -138,7 +138,7 @@ func TestSessionRemembersABoundedNumberOfAnswers(t *testing.T) {
 	s := &session{}
 	big := string(make([]byte, maxRememberedOutput/2))
 	for i := range maxRememberedUpdates + 5 {
-		s.remember(string(rune('a'+i)), SessionResult{Result: sandbox.Result{Stdout: big}, Seq: i + 1}, nil)
+		s.remember(string(rune('a'+i)), AnsweredUpdate{Result: SessionResult{Result: sandbox.Result{Stdout: big}, Seq: i + 1}}, nil)
 	}
 	require.Len(t, s.answers, maxRememberedUpdates)
 	assert.Equal(t, 6, s.answers[0].Result.Seq, "the oldest are forgotten")

@@ -68,7 +68,10 @@
 //	DestroyLease       5 min a try, 24 h all 30 s       unlimited within 24 h, 1 s → 1 min
 //	AcquireFreshLease  10 min                30 s       5 attempts, 1 s → 30 s
 //	PauseLease,        2 min                 30 s       5 attempts, 1 s → 30 s
-//	  ResumeLease (sessions)
+//	  ResumeLease,
+//	  SetEgress (sessions)
+//	ForkLease          10 min                30 s       5 attempts, 1 s → 30 s
+//	  (sessions)
 //
 // Every non-retryable type of the sandbox taxonomy is also listed in the
 // retry policies' NonRetryableErrorTypes; activities mark each failure
@@ -81,17 +84,31 @@
 // order its Updates were accepted, each through the same Execute activity
 // and the same compensation as RunCommand:
 //
-//	Update   input            returns         what it does
-//	execute  SessionCommand   SessionResult   runs the command; an unusable lease is replaced
-//	                                          (compensation), the command runs again on the fresh
-//	                                          one and WorkspaceReset is set
-//	pause    —                SessionState    pauses the lease (the next command resumes it)
-//	resume   —                SessionState    resumes it
-//	close    —                SessionSummary  runs what is queued, destroys the lease, ends
-//	query state               SessionState
+//	Update      input           returns         what it does
+//	execute     SessionCommand  SessionResult   runs the command; an unusable lease is replaced
+//	                                            (compensation), the command runs again on the
+//	                                            fresh one and WorkspaceReset is set
+//	pause       —               SessionState    pauses the lease (the next command resumes it)
+//	resume      —               SessionState    resumes it
+//	set_egress  SessionEgress   SessionState    replaces the egress rules of the lease (resumed
+//	                                            first if paused) and of every later lease: a
+//	                                            fresh one, a fork's, after continue-as-new
+//	fork        —               SessionFork     pauses the lease, forks it (ForkLease) and starts
+//	                                            a new session on the fork; the lease stays paused
+//	close       —               SessionSummary  runs what is queued, destroys the lease, ends
+//	query state                 SessionState
 //
-// The execute validator rejects an invalid command before it enters
-// history; a closing session rejects every Update (SandboxSessionClosed).
+// The execute and set_egress validators reject invalid input before it
+// enters history; a closing session rejects every Update
+// (SandboxSessionClosed).
+//
+// A forked session is a child with the parent-close policy ABANDON: it
+// outlives the session it was forked from, and whoever asked for the fork
+// closes it. Its lease is labelled with its own run key from the start,
+// so its release sweeps a fork whose answer was lost; a fork that fails
+// (SandboxCleanupError with reason fork_unconfirmed, when its answer was
+// lost and it could not be found) is swept by the forking session at once,
+// and leaves that session's lease as it was.
 // An idle lease is paused after IdleTimeout (5 min). After CommandsPerRun
 // commands (200), or when Temporal suggests it, the session continues as
 // new, carrying its lease and the answers to its last execute Updates: the
@@ -117,7 +134,8 @@
 // Three kinds of code live here, in files named for what they hold:
 //
 //	workflow code (deterministic)   runcommand.go, session.go, compensation.go,
-//	                                session_answers.go, session_handle.go (Session),
+//	                                session_answers.go, session_egress.go,
+//	                                session_fork.go, session_handle.go (Session),
 //	                                state.go, options.go, request.go, session_types.go
 //	the UpdateSession activity      activity_updatesession.go
 //	Go client helpers               client.go (SessionClient, StartSession)

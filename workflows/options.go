@@ -20,6 +20,10 @@ type ActivityOverrides struct {
 	// pause and of the resume before its next command.
 	PauseLease  *ActivityOptions `json:"pauseLease,omitempty"`
 	ResumeLease *ActivityOptions `json:"resumeLease,omitempty"`
+	// ForkLease and SetEgress are the activities of a session's fork and
+	// set_egress Updates.
+	ForkLease *ActivityOptions `json:"forkLease,omitempty"`
+	SetEgress *ActivityOptions `json:"setEgress,omitempty"`
 }
 
 // execute returns the override of Execute; o may be nil.
@@ -130,7 +134,7 @@ func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.Activity
 // activityOptions is the resolved options of every activity of a run.
 type activityOptions struct {
 	createLease, execute, destroyLease, acquireFreshLease workflow.ActivityOptions
-	pauseLease, resumeLease                               workflow.ActivityOptions
+	pauseLease, resumeLease, forkLease, setEgress         workflow.ActivityOptions
 }
 
 func resolveOptions(req Request) activityOptions {
@@ -145,5 +149,7 @@ func resolveOptions(req Request) activityOptions {
 		acquireFreshLease: o.AcquireFreshLease.apply(leaseOptions(10 * time.Minute)),
 		pauseLease:        o.PauseLease.apply(leaseOptions(2 * time.Minute)),
 		resumeLease:       o.ResumeLease.apply(leaseOptions(2 * time.Minute)),
+		forkLease:         o.ForkLease.apply(leaseOptions(10 * time.Minute)), // a copy of the source's files
+		setEgress:         o.SetEgress.apply(leaseOptions(2 * time.Minute)),
 	}
 }

@@ -2,10 +2,13 @@ package workflows
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -25,7 +28,16 @@ func TestReplayRecordedHistories(t *testing.T) {
 			replayer.RegisterWorkflowWithOptions(RunCommand, workflow.RegisterOptions{Name: WorkflowName})
 			replayer.RegisterWorkflowWithOptions(SessionWorkflow, workflow.RegisterOptions{Name: SessionWorkflowName})
 			logger := sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
-			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file))
+			f, err := os.Open(file)
+			require.NoError(t, err)
+			defer f.Close()
+			history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+			require.NoError(t, err)
+			// The id the recorder gave the run (devserver/cmd/histories):
+			// a fork's child id derives from it.
+			id := "history-" + strings.TrimSuffix(filepath.Base(file), ".json")
+			require.NoError(t, replayer.ReplayWorkflowHistoryWithOptions(logger, history,
+				worker.ReplayWorkflowHistoryOptions{OriginalExecution: workflow.Execution{ID: id}}))
 		})
 	}
 }

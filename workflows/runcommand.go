@@ -241,12 +241,18 @@ func (r *run) setLease(ctx workflow.Context, leaseID string) {
 	r.publisher.publish(ctx, r.state)
 }
 
-// describeSpec renders the interesting parts of a lease spec for a summary.
+// describeSpec renders the interesting parts of a lease spec for a
+// summary: " (s-1vcpu-1gb, egress: any, ingress)".
 func describeSpec(spec sandbox.LeaseSpec) string {
-	if spec.Shape == "" {
-		return ""
+	out := " ("
+	if spec.Shape != "" {
+		out += spec.Shape + ", "
 	}
-	return " (" + spec.Shape + ")"
+	out += "egress: " + describeEgress(spec.Egress)
+	if spec.IngressEnabled {
+		out += ", ingress"
+	}
+	return out + ")"
 }
 
 // summarize keeps a command line short enough for a one-line summary.

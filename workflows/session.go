@@ -24,6 +24,9 @@ import (
 //	                recorded answer
 //	UpdatePause     pause the lease; UpdateResume resumes it (the next
 //	                command also resumes it by itself)
+//	UpdateSetEgress replace the egress rules of the lease, and of every
+//	                later lease (validated before it enters history)
+//	UpdateFork      fork the lease into a new session (session_fork.go)
 //	UpdateClose     run what is queued, destroy the lease, end the session
 //	StateQuery      SessionState
 //
@@ -72,10 +75,12 @@ type session struct {
 type operation struct {
 	kind    string // one of the Update* names
 	command SessionCommand
+	egress  []string
 	done    bool
 	result  SessionResult
 	state   SessionState
 	summary SessionSummary
+	fork    SessionFork
 	err     error
 }
 
@@ -131,7 +136,7 @@ func (s *session) register(ctx workflow.Context) error {
 				return a.Result, a.Error.err()
 			}
 			op, err := s.perform(ctx, &operation{kind: UpdateExecute, command: cmd})
-			s.remember(id, op.result, err)
+			s.remember(id, AnsweredUpdate{Result: op.result}, err)
 			return op.result, err
 		},
 		workflow.UpdateHandlerOptions{Validator: func(cmd SessionCommand) error {
@@ -139,6 +144,37 @@ func (s *session) register(ctx workflow.Context) error {
 				return err
 			}
 			if err := cmd.Validate(); err != nil {
+				return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+			}
+			return nil
+		}},
+	); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateFork,
+		func(ctx workflow.Context) (SessionFork, error) {
+			id := workflow.GetCurrentUpdateInfo(ctx).ID
+			if a, ok := s.answered(id); ok && a.Fork != nil {
+				return *a.Fork, a.Error.err()
+			}
+			op, err := s.perform(ctx, &operation{kind: UpdateFork})
+			s.remember(id, AnsweredUpdate{Fork: &op.fork}, err)
+			return op.fork, err
+		},
+		workflow.UpdateHandlerOptions{Validator: s.accepting},
+	); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetEgress,
+		func(ctx workflow.Context, in SessionEgress) (SessionState, error) {
+			op, err := s.perform(ctx, &operation{kind: UpdateSetEgress, egress: in.Egress})
+			return op.state, err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(in SessionEgress) error {
+			if err := s.accepting(); err != nil {
+				return err
+			}
+			if err := in.Validate(); err != nil {
 				return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
 			}
 			return nil
@@ -262,6 +298,11 @@ func (s *session) carryOut(ctx workflow.Context, op *operation) {
 	case UpdateResume:
 		op.err = s.ready(ctx)
 		op.state = s.snapshot()
+	case UpdateSetEgress:
+		op.err = s.setEgress(ctx, op.egress)
+		op.state = s.snapshot()
+	case UpdateFork:
+		op.fork, op.err = s.fork(ctx)
 	case UpdateClose:
 		op.err = s.r.release(ctx)
 		s.setPhase(ctx, PhaseClosed)
@@ -399,7 +440,7 @@ func (s *session) carry() SessionRequest {
 func (s *session) snapshot() SessionState {
 	state := s.r.state
 	state.DestroyedLeases = lastLeases(state.DestroyedLeases)
-	return SessionState{State: state, Paused: s.paused, Commands: s.commands, Queued: len(s.queue)}
+	return SessionState{State: state, Paused: s.paused, Egress: s.req.Lease.Egress, Commands: s.commands, Queued: len(s.queue)}
 }
 
 func (s *session) summary() SessionSummary {

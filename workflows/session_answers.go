@@ -6,11 +6,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// A session remembers the execute Updates it answered, by Update id, and
-// carries them across continue-as-new: the server deduplicates Update ids
-// within one run only, so a repeat that lands on the next run (an
-// UpdateSession activity retried after its worker died) would otherwise
-// run its command again. A repeat gets the recorded answer instead.
+// A session remembers the execute and fork Updates it answered, by Update
+// id, and carries them across continue-as-new: the server deduplicates
+// Update ids within one run only, so a repeat that lands on the next run
+// (an UpdateSession activity retried after its worker died) would otherwise
+// run its command again, or fork again. A repeat gets the recorded answer
+// instead. (The other Updates can simply be performed again.)
 //
 // The memory is bounded: the last maxRememberedUpdates answers, and at
 // most maxRememberedOutput bytes of their output in all; the output of
@@ -20,11 +21,13 @@ const (
 	maxRememberedOutput  = 256 << 10
 )
 
-// AnsweredUpdate is an execute Update that a session answered.
+// AnsweredUpdate is an execute or fork Update that a session answered.
 type AnsweredUpdate struct {
 	// ID is the Update id.
 	ID     string        `json:"id"`
 	Result SessionResult `json:"result"`
+	// Fork is the answer of a fork.
+	Fork *SessionFork `json:"fork,omitempty"`
 	// Error is the failure it was answered with, if any.
 	Error *AnsweredError `json:"error,omitempty"`
 }
@@ -48,12 +51,14 @@ func (s *session) answered(id string) (AnsweredUpdate, bool) {
 	return AnsweredUpdate{}, false
 }
 
-// remember records the answer to Update id.
-func (s *session) remember(id string, res SessionResult, err error) {
+// remember records a, the answer to Update id, and the failure it was
+// answered with, if any.
+func (s *session) remember(id string, a AnsweredUpdate, err error) {
 	if id == "" {
 		return
 	}
-	s.answers = append(s.answers, AnsweredUpdate{ID: id, Result: res, Error: recordError(err)})
+	a.ID, a.Error = id, recordError(err)
+	s.answers = append(s.answers, a)
 	s.answers = s.answers[max(0, len(s.answers)-maxRememberedUpdates):]
 	total := 0
 	for _, a := range s.answers {

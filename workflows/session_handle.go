@@ -83,6 +83,34 @@ func (s Session) Resume(ctx workflow.Context) (SessionState, error) {
 	return s.lifecycle(ctx, UpdateResume)
 }
 
+// SetEgress replaces the egress rules of the session's lease, after the
+// commands already queued, and of every lease the session takes later.
+// Invalid rules fail with SandboxInvalidInput before anything is recorded.
+func (s Session) SetEgress(ctx workflow.Context, rules []string) (SessionState, error) {
+	in := SessionEgress{Egress: rules}
+	if err := in.Validate(); err != nil {
+		return SessionState{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	}
+	var out UpdateSessionOutput
+	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateSetEgress, Egress: &in}, 0, &out); err != nil || out.State == nil {
+		return SessionState{}, err
+	}
+	return *out.State, nil
+}
+
+// Fork forks the session's lease, after the commands already queued, into
+// a new session, and returns it. The new session's workspace starts as a
+// copy of this one's; it is independent of this session and of the
+// calling workflow (it outlives both): close it when done. See UpdateFork
+// and SessionFork.
+func (s Session) Fork(ctx workflow.Context) (Session, error) {
+	var out UpdateSessionOutput
+	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateFork}, 0, &out); err != nil || out.Fork == nil {
+		return Session{}, err
+	}
+	return Session{ID: out.Fork.SessionID}, nil
+}
+
 // Close runs the commands already queued, destroys the lease and ends the
 // session.
 func (s Session) Close(ctx workflow.Context) (SessionSummary, error) {

@@ -20,6 +20,13 @@ const (
 	// UpdateClose runs the commands already queued, destroys the lease and
 	// ends the session: it returns the SessionSummary.
 	UpdateClose = "close"
+	// UpdateFork forks the session's lease into a new session: it returns
+	// the SessionFork. The lease is paused for the fork and stays paused
+	// (the next command resumes it).
+	UpdateFork = "fork"
+	// UpdateSetEgress replaces the egress rules of the session's lease and
+	// of every lease it takes later: SessionEgress in, SessionState out.
+	UpdateSetEgress = "set_egress"
 	// The session answers StateQuery with its SessionState.
 )
 
@@ -139,17 +146,47 @@ type SessionResult struct {
 	FreshLeases int `json:"freshLeases,omitempty"`
 }
 
-// SessionState is the answer to StateQuery, and what the pause and resume
-// Updates return.
+// SessionState is the answer to StateQuery, and what the pause, resume
+// and set_egress Updates return.
 type SessionState struct {
 	State
 	// Paused is set while the lease is paused.
 	Paused bool `json:"paused,omitempty"`
+	// Egress is the session's egress rules (LeaseSpec.Egress), as the last
+	// set_egress left them.
+	Egress []string `json:"egress,omitempty"`
 	// Commands counts the commands run so far, across continue-as-new.
 	Commands int `json:"commands"`
 	// Queued counts the Updates waiting for their turn.
 	Queued int `json:"queued,omitempty"`
 }
+
+// SessionEgress is the input of UpdateSetEgress.
+type SessionEgress struct {
+	// Egress replaces the rules (sandbox.LeaseSpec.Egress): "*" or empty
+	// allows everything the sandbox server allows.
+	Egress []string `json:"egress"`
+}
+
+// Validate checks the rules without sending anything, as the set_egress
+// Update's validator does.
+func (e SessionEgress) Validate() error { return sandbox.CheckEgress("egress", e.Egress) }
+
+// SessionFork is what UpdateFork returns: the new session.
+type SessionFork struct {
+	// SessionID is the new session's workflow id: the parent session's id
+	// with a "/fork-…" suffix.
+	SessionID string `json:"sessionId"`
+	// LeaseID is the new session's lease, a fork of the session's. It is
+	// empty when the session had no lease to fork (no command had run, or
+	// its lease had just been given up): the new session then starts
+	// without one, with an empty workspace, as the session's own next
+	// command would.
+	LeaseID string `json:"leaseId,omitempty"`
+}
+
+// PhaseForking is the phase of a session while it forks its lease.
+const PhaseForking Phase = "forking"
 
 // SessionSummary is what a closed session returns, and what the close
 // Update returns.

@@ -196,6 +196,45 @@ func (c *MockProviderExecuteCall) DoAndReturn(f func(context.Context, sandbox.Le
 	return c
 }
 
+// ForkLease mocks base method.
+func (m *MockProvider) ForkLease(ctx context.Context, sourceID string, spec sandbox.ForkSpec) (sandbox.Lease, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "ForkLease", ctx, sourceID, spec)
+	ret0, _ := ret[0].(sandbox.Lease)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// ForkLease indicates an expected call of ForkLease.
+func (mr *MockProviderMockRecorder) ForkLease(ctx, sourceID, spec any) *MockProviderForkLeaseCall {
+	mr.mock.ctrl.T.Helper()
+	call := mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "ForkLease", reflect.TypeOf((*MockProvider)(nil).ForkLease), ctx, sourceID, spec)
+	return &MockProviderForkLeaseCall{Call: call}
+}
+
+// MockProviderForkLeaseCall wrap *gomock.Call
+type MockProviderForkLeaseCall struct {
+	*gomock.Call
+}
+
+// Return rewrite *gomock.Call.Return
+func (c *MockProviderForkLeaseCall) Return(arg0 sandbox.Lease, arg1 error) *MockProviderForkLeaseCall {
+	c.Call = c.Call.Return(arg0, arg1)
+	return c
+}
+
+// Do rewrite *gomock.Call.Do
+func (c *MockProviderForkLeaseCall) Do(f func(context.Context, string, sandbox.ForkSpec) (sandbox.Lease, error)) *MockProviderForkLeaseCall {
+	c.Call = c.Call.Do(f)
+	return c
+}
+
+// DoAndReturn rewrite *gomock.Call.DoAndReturn
+func (c *MockProviderForkLeaseCall) DoAndReturn(f func(context.Context, string, sandbox.ForkSpec) (sandbox.Lease, error)) *MockProviderForkLeaseCall {
+	c.Call = c.Call.DoAndReturn(f)
+	return c
+}
+
 // GetLease mocks base method.
 func (m *MockProvider) GetLease(ctx context.Context, leaseID string) (sandbox.Lease, error) {
 	m.ctrl.T.Helper()
@@ -346,6 +385,44 @@ func (c *MockProviderResumeLeaseCall) Do(f func(context.Context, string) error) 
 
 // DoAndReturn rewrite *gomock.Call.DoAndReturn
 func (c *MockProviderResumeLeaseCall) DoAndReturn(f func(context.Context, string) error) *MockProviderResumeLeaseCall {
+	c.Call = c.Call.DoAndReturn(f)
+	return c
+}
+
+// SetEgress mocks base method.
+func (m *MockProvider) SetEgress(ctx context.Context, leaseID string, rules []string) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "SetEgress", ctx, leaseID, rules)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// SetEgress indicates an expected call of SetEgress.
+func (mr *MockProviderMockRecorder) SetEgress(ctx, leaseID, rules any) *MockProviderSetEgressCall {
+	mr.mock.ctrl.T.Helper()
+	call := mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetEgress", reflect.TypeOf((*MockProvider)(nil).SetEgress), ctx, leaseID, rules)
+	return &MockProviderSetEgressCall{Call: call}
+}
+
+// MockProviderSetEgressCall wrap *gomock.Call
+type MockProviderSetEgressCall struct {
+	*gomock.Call
+}
+
+// Return rewrite *gomock.Call.Return
+func (c *MockProviderSetEgressCall) Return(arg0 error) *MockProviderSetEgressCall {
+	c.Call = c.Call.Return(arg0)
+	return c
+}
+
+// Do rewrite *gomock.Call.Do
+func (c *MockProviderSetEgressCall) Do(f func(context.Context, string, []string) error) *MockProviderSetEgressCall {
+	c.Call = c.Call.Do(f)
+	return c
+}
+
+// DoAndReturn rewrite *gomock.Call.DoAndReturn
+func (c *MockProviderSetEgressCall) DoAndReturn(f func(context.Context, string, []string) error) *MockProviderSetEgressCall {
 	c.Call = c.Call.DoAndReturn(f)
 	return c
 }

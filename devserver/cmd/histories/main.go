@@ -1,7 +1,9 @@
 // Command histories records RunCommand histories from real runs on the dev
 // stack, for the replay test of the workflows package
 // (workflows/testdata/*.json): if a change to the workflow code breaks
-// determinism, replaying these fails CI.
+// determinism, replaying these fails CI. A scenario's workflow id is
+// "history-<name>", which the replay uses too (a forked session's id
+// derives from it).
 //
 //	cd devserver && go run ./cmd/histories -out ../workflows/testdata -only NAME
 //
@@ -58,7 +60,37 @@ func scenarios() []scenario {
 		// command that resumes the lease, close.
 		{name: "session", session: driveSession,
 			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", After: 1, Times: 1, Fault: testsuite.DropResponse()}},
+		// A session that changes its egress, forks (a command and close in
+		// the fork), and goes on on its own lease.
+		{name: "session_fork", session: driveSessionFork},
 	}
+}
+
+func driveSessionFork(ctx context.Context, sess *workflows.SessionClient) error {
+	shell := func(script string) workflows.SessionCommand {
+		return workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}
+	}
+	if _, err := sess.Execute(ctx, shell("echo one > f")); err != nil {
+		return err
+	}
+	if _, err := sess.SetEgress(ctx, []string{"*"}); err != nil {
+		return err
+	}
+	forked, err := sess.Fork(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := forked.Execute(ctx, shell("cat f")); err != nil {
+		return err
+	}
+	if _, err := forked.Close(ctx); err != nil {
+		return err
+	}
+	if _, err := sess.Execute(ctx, shell("cat f")); err != nil {
+		return err
+	}
+	_, err = sess.Close(ctx)
+	return err
 }
 
 func driveSession(ctx context.Context, sess *workflows.SessionClient) error {
