@@ -259,7 +259,7 @@ func TestPatchChangesAutoPause(t *testing.T) {
 func TestProcessesAnswerManagedProcessViews(t *testing.T) {
 	ts := startServer(t, Options{})
 	lease := ts.createLease()
-	type processView struct {
+	type managedProcess struct {
 		ProcessID    string `json:"process_id"`
 		Kind, State  string
 		PID          int
@@ -279,7 +279,7 @@ func TestProcessesAnswerManagedProcessViews(t *testing.T) {
 		}
 	}
 	base := "/sandboxes/" + lease + "/processes"
-	var p processView
+	var p managedProcess
 	ts.mustCall("POST", base, map[string]any{"cmd": "sh", "args": []string{"-c", `echo "$A"; exec sleep 1000`}, "cwd": "/tmp",
 		"env": map[string]string{"A": "from env"}}, &p)
 	if p.ProcessID == "" || p.Kind != "process" || p.State != "running" || p.PID <= 0 || p.CreatedAt.IsZero() ||
@@ -290,7 +290,7 @@ func TestProcessesAnswerManagedProcessViews(t *testing.T) {
 	if ev, _ := st.next(false); ev.Type != "data" {
 		t.Fatalf("frame %+v", ev)
 	}
-	var list struct{ Processes []processView }
+	var list struct{ Processes []managedProcess }
 	ts.mustCall("GET", base, nil, &list)
 	if len(list.Processes) != 1 || list.Processes[0].ProcessID != p.ProcessID || list.Processes[0].Output.NewestSeq != 1 ||
 		list.Processes[0].Output.OldestSeq != 1 || list.Processes[0].Output.Bytes != len("from env\n") {
