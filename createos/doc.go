@@ -1,8 +1,8 @@
 // Package createos is a sandbox.Provider over the CreateOS sandbox HTTP API
 // (the contract is the project's PROTOCOL.md): the hosted service, or the
 // project's own local server, which speaks the same protocol with a few
-// extensions (labels, Idempotency-Key) and older shapes. The client reads
-// both shapes and works without the extensions.
+// extensions (labels, Idempotency-Key). The client works without the
+// extensions, and also reads the older shapes of earlier local servers.
 //
 //	client, err := createos.New(createos.Config{BaseURL: "https://api.sb.createos.sh", APIKey: key})
 //	lease, err := client.CreateLease(ctx, sandbox.LeaseSpec{Labels: map[string]string{"run": id}})

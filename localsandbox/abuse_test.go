@@ -211,13 +211,21 @@ func TestAbuseErrorEcho(t *testing.T) {
 	for _, tc := range []struct {
 		name, method, path string
 		body               any
+		status             int
 	}{
-		{"command not found", "POST", "/sandboxes/" + lease + "/exec", map[string]any{"cmd": huge('x')}},
-		{"working directory", "POST", "/sandboxes/" + lease + "/processes", map[string]any{"cmd": "/bin/true", "cwd": "/workspace/" + huge('y')}},
-		{"unknown field", "POST", "/sandboxes", `{"shape":"s-1vcpu-1gb","` + strings.Repeat("z", 100) + `":1}`},
-		{"field type", "POST", "/sandboxes", `{"shape":"s-1vcpu-1gb","labels":{"` + strings.Repeat("w", 100) + `":5}}`},
-		{"shape", "POST", "/sandboxes", map[string]any{"shape": huge('v')}},
-		{"file path", "GET", "/sandboxes/" + lease + "/files?path=" + url.QueryEscape("/etc/"+strings.Repeat("u", 30_000)), nil},
+		// An exec whose command cannot start answers a result saying why.
+		{"command not found", "POST", "/sandboxes/" + lease + "/exec", map[string]any{"cmd": huge('x')}, http.StatusOK},
+		{"command not found, streamed", "POST", "/sandboxes/" + lease + "/exec?stream=true", map[string]any{"cmd": huge('x'), "stream": true}, http.StatusOK},
+		{"program not found", "POST", "/sandboxes/" + lease + "/processes", map[string]any{"cmd": huge('t')}, http.StatusBadRequest},
+		{"working directory", "POST", "/sandboxes/" + lease + "/processes", map[string]any{"cmd": "/bin/true", "cwd": "/workspace/" + huge('y')}, http.StatusBadRequest},
+		{"unknown field", "POST", "/sandboxes", `{"shape":"s-1vcpu-1gb","` + strings.Repeat("z", 100) + `":1}`, http.StatusBadRequest},
+		{"field type", "POST", "/sandboxes", `{"shape":"s-1vcpu-1gb","labels":{"` + strings.Repeat("w", 100) + `":5}}`, http.StatusBadRequest},
+		{"shape", "POST", "/sandboxes", map[string]any{"shape": huge('v')}, http.StatusBadRequest},
+		{"name", "POST", "/sandboxes", map[string]any{"name": huge('n')}, http.StatusBadRequest},
+		{"env name", "POST", "/sandboxes", map[string]any{"envs": map[string]string{huge('e'): "x"}}, http.StatusBadRequest},
+		{"env value", "POST", "/sandboxes", map[string]any{"envs": map[string]string{"A": huge('f') + "\x00"}}, http.StatusBadRequest},
+		{"rootfs", "POST", "/sandboxes", map[string]any{"rootfs": strings.Repeat("r", 150)}, http.StatusBadRequest},
+		{"file path", "GET", "/sandboxes/" + lease + "/files?path=" + url.QueryEscape("/etc/"+strings.Repeat("u", 30_000)), nil, http.StatusBadRequest},
 	} {
 		var raw []byte
 		switch b := tc.body.(type) {
@@ -230,8 +238,8 @@ func TestAbuseErrorEcho(t *testing.T) {
 		resp := ts.request(tc.method, tc.path, strings.NewReader(string(raw)), nil)
 		msg, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("%s: HTTP %d, want 400", tc.name, resp.StatusCode)
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: HTTP %d, want %d", tc.name, resp.StatusCode, tc.status)
 		}
 		if run := longestRun(msg); len(msg) > 400 || run > maxEcho {
 			t.Errorf("%s: a %d-byte answer quotes %d bytes of the input: %.200s", tc.name, len(msg), run, msg)

@@ -2,19 +2,25 @@ package localsandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
+	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
 
 // exec answers POST /exec: a one-shot command under the same isolation as
-// a managed process. It answers once the command exited, with
-// data.result{exit_code, stdout, stderr} (the last JournalBytes of each
-// stream; a command killed by a signal reports 128+n and the signal's name),
-// or with ?stream=true as NDJSON. Nothing the command started survives it:
-// its remaining tree is killed when it exits, or when the client goes away.
+// a managed process, with the sandbox's envs and the request's env. It
+// answers once the command exited, with data{result{exit_code, stdout,
+// stderr}, exec_ms} (the last JournalBytes of each stream; a command killed
+// by a signal reports 128+n, and [ext] the signal's name), or with
+// ?stream=true as NDJSON. A command that cannot start is a result too:
+// exit code 127 and result.error saying why. What the command left running
+// in the background lives on in the lease; in process-group mode, and when
+// the client goes away first, its tree is killed.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	l, err := s.lookupLease(r)
 	if err != nil {
@@ -30,7 +36,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	streamed := req.Stream || r.URL.Query().Get("stream") == "true"
-	p, err := l.start(argv, req.Cwd, true)
+	began := time.Now()
+	p, err := l.start(argv, req.Cwd, req.Env, true)
+	var se *startError
+	if errors.As(err, &se) {
+		return s.notStarted(w, streamed, startFailed(se.msg).msg)
+	}
 	if err != nil {
 		return startErrorStatus(err)
 	}
@@ -59,15 +70,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		case b.err != nil:
 			return &apiError{http.StatusInternalServerError, "output was lost"}
 		case b.exit != nil:
-			result := map[string]any{
-				"exit_code": exitCode(*b.exit),
-				"stdout":    string(tails[stdoutStream].bytes()),
-				"stderr":    string(tails[stderrStream].bytes()),
-			}
-			if b.exit.Signal != "" {
-				result["signal"] = b.exit.Signal
-			}
-			return writeData(w, map[string]any{"result": result})
+			return writeData(w, execAnswer{
+				Result: commandResult{
+					ExitCode: exitCode(*b.exit),
+					Stdout:   string(tails[stdoutStream].bytes()),
+					Stderr:   string(tails[stderrStream].bytes()),
+					Signal:   b.exit.Signal,
+				},
+				ExecMS: float64(time.Since(began).Microseconds()) / 1000,
+			})
 		case len(b.entries) > 0:
 			for _, e := range b.entries {
 				tails[e.stream].write(e.data)
@@ -81,6 +92,39 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
+}
+
+// execAnswer is the answer of a buffered exec.
+type execAnswer struct {
+	Result commandResult `json:"result"`
+	ExecMS float64       `json:"exec_ms"`
+}
+
+type commandResult struct {
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	ExitCode int    `json:"exit_code"`
+	// Error says why the command could not start.
+	Error  string `json:"error,omitempty"`
+	Signal string `json:"signal,omitempty"` // [ext]
+}
+
+// notFoundExit is the exit code of a command that could not start, as a
+// shell reports one it cannot find.
+const notFoundExit = 127
+
+// notStarted answers an exec whose command could not start (why says why,
+// with what it quotes of the request cut to maxEcho): a result, as the
+// service's agent reports it, not a failure of the request.
+func (s *Server) notStarted(w http.ResponseWriter, streamed bool, why string) error {
+	if !streamed {
+		return writeData(w, execAnswer{Result: commandResult{ExitCode: notFoundExit, Error: why}})
+	}
+	out := newFrameWriter(w, s.opts.HeartbeatInterval)
+	frame, _ := json.Marshal(map[string]string{"error": why})
+	out.write(append(frame, '\n'))
+	out.send([]byte(`{"exit_code":` + strconv.Itoa(notFoundExit) + "}\n"))
+	return nil
 }
 
 // execStream writes the NDJSON of a streamed exec: {"stdout":"…"} and

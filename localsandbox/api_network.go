@@ -2,6 +2,7 @@ package localsandbox
 
 import (
 	"net/http"
+	"time"
 )
 
 // The network endpoints: GET/PUT /v1/sandboxes/{id}/egress and the
@@ -73,21 +74,30 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
-	if req.AutoPauseAfterSeconds != nil || (req.DisableAutoPause != nil && !*req.DisableAutoPause) {
-		return badRequest("auto-pause is not supported by the local server")
-	}
-	if req.IngressEnabled != nil {
-		n := l.network()
-		if *req.IngressEnabled && n == nil {
-			return badRequest("ingress needs namespace isolation and a server running as root")
-		}
-		if n != nil {
-			n.mu.Lock()
-			n.ingress = *req.IngressEnabled
-			n.mu.Unlock()
+	// Everything is checked before anything changes.
+	disable := req.DisableAutoPause != nil && *req.DisableAutoPause
+	var after time.Duration
+	switch {
+	case disable && req.AutoPauseAfterSeconds != nil:
+		return badRequest("auto_pause_after_seconds and disable_auto_pause exclude each other")
+	case req.AutoPauseAfterSeconds != nil:
+		if after, err = s.autoPauseAfter(*req.AutoPauseAfterSeconds); err != nil {
+			return err
 		}
 	}
-	return writeData(w, s.view(l))
+	n := l.network()
+	if req.IngressEnabled != nil && *req.IngressEnabled && n == nil {
+		return badRequest("ingress needs namespace isolation and a server running as root")
+	}
+	if disable || after > 0 {
+		l.setAutoPause(after)
+	}
+	if req.IngressEnabled != nil && n != nil {
+		n.mu.Lock()
+		n.ingress = *req.IngressEnabled
+		n.mu.Unlock()
+	}
+	return writeData(w, s.view(l, false))
 }
 
 // bandwidthView is GET /sandboxes/{id}/bandwidth (CREATEOS-API §3.6). The

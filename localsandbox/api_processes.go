@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,18 +31,27 @@ const (
 )
 
 // processRequest is the body of POST /processes (and, with stream and
-// stdin, of POST /exec).
+// stdin, of POST /exec): CREATEOS-API.md §3.12 and §3.4.
 type processRequest struct {
-	Cmd    string   `json:"cmd"`
-	Args   []string `json:"args"`
-	Cwd    string   `json:"cwd,omitempty"`
-	Stream bool     `json:"stream,omitempty"`
-	Stdin  *string  `json:"stdin,omitempty"`
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	// Pty asks for a terminal, which this server does not give.
+	Pty    *struct{} `json:"pty,omitempty"`
+	Stream bool      `json:"stream,omitempty"`
+	Stdin  *string   `json:"stdin,omitempty"`
 }
 
 func (req *processRequest) argv() ([]string, error) {
+	if req.Pty != nil {
+		return nil, unsupported("pty", "it runs commands on pipes only")
+	}
 	if req.Cmd == "" {
 		return nil, badRequest("cmd is required")
+	}
+	if err := checkEnv("env", req.Env); err != nil {
+		return nil, err
 	}
 	if len(req.Args) > maxArgs {
 		return nil, badRequest("at most %d args", maxArgs)
@@ -68,7 +78,7 @@ func startErrorStatus(err error) error {
 	case errors.Is(err, errLeaseNotRunning):
 		return conflict(err.Error())
 	case errors.Is(err, errTooManyProcesses):
-		return &apiError{http.StatusTooManyRequests, err.Error()}
+		return withCode("TOO_MANY_PROCESSES", &apiError{http.StatusTooManyRequests, err.Error()})
 	}
 	return err
 }
@@ -89,12 +99,98 @@ func (s *Server) createProcess(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p, err := l.start(argv, req.Cwd, false)
+	p, err := l.start(argv, req.Cwd, req.Env, false)
 	if err != nil {
 		return startErrorStatus(err)
 	}
 	s.log.Info("process started", "sandbox", l.id, "process", p.id)
-	return writeData(w, map[string]any{"process_id": p.id})
+	return writeData(w, p.view())
+}
+
+// processView is a managed process as the API shows it (ManagedProcess,
+// CREATEOS-API.md §3.12).
+type processView struct {
+	ProcessID    string       `json:"process_id"`
+	Kind         string       `json:"kind"`
+	PID          int          `json:"pid"`
+	State        string       `json:"state"`
+	LeaderExited bool         `json:"leader_exited"`
+	TreeExited   bool         `json:"tree_exited"`
+	CreatedAt    time.Time    `json:"created_at"`
+	FinishedAt   time.Time    `json:"finished_at,omitzero"`
+	ExitCode     *int         `json:"exit_code,omitempty"`
+	Signal       string       `json:"signal,omitempty"`
+	Cmd          string       `json:"cmd,omitempty"`
+	Args         []string     `json:"args,omitempty"`
+	Cwd          string       `json:"cwd,omitempty"`
+	Output       outputWindow `json:"output"`
+}
+
+// outputWindow is the part of a process's output its journal still holds.
+type outputWindow struct {
+	OldestSeq int64 `json:"oldest_seq"`
+	NewestSeq int64 `json:"newest_seq"`
+	Bytes     int   `json:"bytes"`
+}
+
+// view shows p: "running" until its main process (the leader) exits,
+// "terminating" while a DELETE ends its tree, then "exited"; tree_exited
+// once nothing of its tree is left.
+func (p *process) view() processView {
+	v := processView{ProcessID: p.id, Kind: "process", PID: p.pid, State: "running",
+		CreatedAt: stamp(p.created), Cmd: p.argv[0], Args: p.argv[1:], Cwd: p.cwd}
+	p.mu.Lock()
+	exit, finished := p.exit, p.finished
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		v.TreeExited = true
+	default:
+	}
+	switch {
+	case exit != nil:
+		v.State, v.LeaderExited, v.FinishedAt = "exited", true, stamp(finished)
+		if exit.Signal != "" {
+			v.Signal = exit.Signal
+		} else {
+			v.ExitCode = &exit.Code
+		}
+	case p.terminating.Load():
+		v.State = "terminating"
+	}
+	v.Output.OldestSeq, v.Output.NewestSeq, v.Output.Bytes = p.journal.window()
+	return v
+}
+
+// listProcesses answers GET /processes: the running processes and the
+// exited ones still retained, oldest first.
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.lookupLease(r)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	procs := make([]*process, 0, len(l.procs))
+	for _, p := range l.procs {
+		if !p.oneShot {
+			procs = append(procs, p)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(procs, func(a, b *process) int { return a.created.Compare(b.created) })
+	views := make([]processView, 0, len(procs))
+	for _, p := range procs {
+		views = append(views, p.view())
+	}
+	return writeData(w, map[string]any{"processes": views})
+}
+
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) error {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
+		return err
+	}
+	return writeData(w, p.view())
 }
 
 func (s *Server) lookupProcess(r *http.Request) (*lease, *process, error) {
@@ -124,8 +220,11 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	return writeData(w, struct{}{})
+	return writeData(w, okAnswer)
 }
+
+// okAnswer is the answer of a request that has nothing more to say.
+var okAnswer = map[string]bool{"ok": true}
 
 func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 	_, p, err := s.lookupProcess(r)
@@ -153,7 +252,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch err := p.writeStdin(data, inputWriteTimeout); {
 	case err == nil:
-		return writeData(w, map[string]any{"written": len(data)})
+		return writeData(w, map[string]int64{"input_seq": p.inputSeq.Add(1)})
 	case errors.Is(err, errStdinClosed):
 		return conflict("stdin is closed")
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -165,11 +264,12 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// allowedSignals are the signals a client may send to a process tree.
+// allowedSignals are the signals a client may send to a process tree: the
+// official ones (CREATEOS-API.md §3.12) and [ext] SIGALRM.
 var allowedSignals = map[string]syscall.Signal{
 	"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT,
 	"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1,
-	"SIGUSR2": syscall.SIGUSR2, "SIGALRM": syscall.SIGALRM,
+	"SIGUSR2": syscall.SIGUSR2, "SIGWINCH": syscall.SIGWINCH, "SIGALRM": syscall.SIGALRM,
 }
 
 // signal answers POST /{pid}/signal: the signal goes to every process of the
@@ -187,7 +287,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
 	}
 	sig, ok := allowedSignals[req.Signal]
 	if !ok {
-		return badRequest("signal must be one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM")
+		return badRequest("signal must be one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM")
 	}
 	select {
 	case <-p.done:
@@ -195,12 +295,21 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
 	default:
 	}
 	p.signal(sig)
-	return writeData(w, struct{}{})
+	return writeData(w, okAnswer)
+}
+
+// resize answers POST /{pid}/resize: a terminal's size, and this server
+// runs no process on a terminal.
+func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
+	if _, _, err := s.lookupProcess(r); err != nil {
+		return err
+	}
+	return unsupported("resize", "it runs commands on pipes only, never on a pty")
 }
 
 // deleteProcess answers DELETE /{pid}?grace_ms=N: SIGTERM to the tree,
-// SIGKILL after the grace; tree_exited is true only when the tree is gone,
-// and then the process is forgotten.
+// SIGKILL after the grace, then the process's view; tree_exited is true
+// only when the tree is gone, and then the process is forgotten.
 func (s *Server) deleteProcess(w http.ResponseWriter, r *http.Request) error {
 	l, p, err := s.lookupProcess(r)
 	if err != nil {
@@ -216,11 +325,12 @@ func (s *Server) deleteProcess(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		s.log.Error("a process tree survived SIGKILL", "sandbox", l.id, "process", p.id)
 	}
-	return writeData(w, map[string]any{"tree_exited": gone})
+	return writeData(w, p.view())
 }
 
-// wait answers GET /{pid}/wait?scope=tree&timeout_ms=N once the whole tree
-// has exited (scope=process: once the main process has), or 408.
+// wait answers GET /{pid}/wait?scope=tree&timeout_ms=N with the process's
+// view once the whole tree has exited (scope=leader: once the main process
+// has), or at the timeout, with the view as it is then.
 func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 	_, p, err := s.lookupProcess(r)
 	if err != nil {
@@ -233,34 +343,20 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) error {
 	until := p.done
 	switch scope := r.URL.Query().Get("scope"); scope {
 	case "", "tree":
-	case "process":
+	case "leader", "process":
 		until = p.mainExited
 	default:
-		return badRequest("scope must be tree or process")
+		return badRequest("scope must be leader or tree")
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-until:
 	case <-timer.C:
-		return &apiError{http.StatusRequestTimeout, "the process tree has not exited yet"}
 	case <-r.Context().Done():
 		return nil
 	}
-	st, _ := p.exitStatus()
-	data := map[string]any{"output": map[string]int64{"newest_seq": p.journal.newestSeq()}}
-	if st.Signal != "" {
-		data["signal"] = st.Signal
-	} else {
-		data["exit_code"] = st.Code
-	}
-	select {
-	case <-p.done:
-		data["tree_exited"] = true
-	default:
-		data["tree_exited"] = false
-	}
-	return writeData(w, data)
+	return writeData(w, p.view())
 }
 
 // connect answers GET /{pid}/connect?after=N with the NDJSON event stream:
@@ -279,7 +375,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := p.journal.attach(after)
 	if err != nil {
-		return &apiError{http.StatusGone, "output after that seq was evicted from the journal"}
+		return withCode("OUTPUT_EXPIRED", &apiError{http.StatusGone, "output after that seq was evicted from the journal"})
 	}
 	defer p.journal.detach(c)
 	out := newFrameWriter(w, s.opts.HeartbeatInterval)

@@ -20,8 +20,9 @@ func TestAuthIsRequired(t *testing.T) {
 		t.Fatal("New without a key or InsecureNoAuth succeeded")
 	}
 	ts := startServer(t, Options{})
-	for _, key := range []string{"", "zz-other-key", testKey + "x", testKey[:len(testKey)-1]} {
-		req, _ := http.NewRequest("GET", ts.base+"/shapes", nil)
+	origin := strings.TrimSuffix(ts.base, "/v1")
+	get := func(url, key string) (int, []byte) {
+		req, _ := http.NewRequest("GET", url, nil)
 		if key != "" {
 			req.Header.Set("X-Api-Key", key)
 		}
@@ -29,21 +30,43 @@ func TestAuthIsRequired(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("key %q: %d, want 401", key, resp.StatusCode)
+		if resp.StatusCode != http.StatusOK && !isFailureEnvelope(resp, body) {
+			t.Errorf("GET %s: %d without a failure envelope: %s", url, resp.StatusCode, body)
 		}
-		if key != "" && strings.Contains(string(body), key) {
-			t.Errorf("the 401 echoes the key: %s", body)
+		return resp.StatusCode, body
+	}
+	for _, key := range []string{"", "zz-other-key", testKey + "x", testKey[:len(testKey)-1]} {
+		for _, path := range []string{"/v1/sandboxes", "/v1/whoami", "/v1/sandboxes/sb-x", "/v1/nowhere", "/healthz/x", "/v1/shapes/"} {
+			status, body := get(origin+path, key)
+			if status != http.StatusUnauthorized {
+				t.Errorf("key %q, %s: %d, want 401", key, path, status)
+			}
+			if key != "" && strings.Contains(string(body), key) {
+				t.Errorf("the 401 echoes the key: %s", body)
+			}
+		}
+		// Health and the catalog are public: what any key (or none) gets.
+		for _, path := range []string{"/healthz", "/readyz", "/v1/shapes", "/v1/rootfs"} {
+			if status, body := get(origin+path, key); status != http.StatusOK {
+				t.Errorf("key %q, public %s: %d %s", key, path, status, body)
+			}
 		}
 	}
 	var shapes struct {
-		Shapes []shape `json:"shapes"`
+		Data       []shapeView
+		Pagination struct{ Total, Limit, Offset, Count int }
 	}
 	ts.mustCall("GET", "/shapes", nil, &shapes)
-	if len(shapes.Shapes) != 11 || shapes.Shapes[0].Name != "s-1vcpu-256mb" {
+	if len(shapes.Data) != 11 || shapes.Pagination.Total != 11 || shapes.Pagination.Count != 11 || shapes.Pagination.Limit != 50 ||
+		shapes.Data[0] != (shapeView{ID: "s-1vcpu-256mb", VCPU: 1, MemMiB: 256, DefaultDiskMiB: DefaultDiskMiB}) ||
+		shapes.Data[1] != (shapeView{ID: "s-0.25vcpu-512mb", VCPU: 1, MemMiB: 512, DefaultDiskMiB: DefaultDiskMiB, CPUQuotaPct: 25}) {
 		t.Errorf("shapes %+v", shapes)
+	}
+	ts.mustCall("GET", "/shapes?limit=2&offset=10", nil, &shapes)
+	if len(shapes.Data) != 1 || shapes.Data[0].ID != "s-8vcpu-16gb" || shapes.Pagination.Total != 11 || shapes.Pagination.Count != 1 {
+		t.Errorf("the last page of shapes %+v", shapes)
 	}
 }
 
@@ -91,14 +114,31 @@ func TestBadInputIsA4xxAndStartsNothing(t *testing.T) {
 		{"GET", "/nowhere", "", 404},
 		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":""}`, 400},
 		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","args":"x"}`, 400},
-		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","env":{"A":"b"}}`, 400},
+		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","env":{"A=":"b"}}`, 400},
+		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","env":{"A":"\u0000"}}`, 400},
+		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","pty":{"rows":24,"cols":80}}`, 400},
+		{"POST", "/sandboxes/" + lease + "/processes", `{"pty":{}}`, 400},
+		{"POST", "/sandboxes", `{"envs":{"1A":"b"}}`, 400},
+		{"POST", "/sandboxes", `{"name":"has space"}`, 400},
+		{"POST", "/sandboxes", `{"region":"us-east-1"}`, 400},
+		{"POST", "/sandboxes", `{"ssh_pubkeys":["ssh-ed25519 AAAA"]}`, 400},
+		{"POST", "/sandboxes", `{"networks":[{"id":"net-1"}]}`, 400},
+		{"POST", "/sandboxes", `{"disks":[{"disk_id":"d","mount_path":"/mnt"}]}`, 400},
+		{"POST", "/sandboxes", `{"node_selector":{"zone":"a"}}`, 400},
+		{"POST", "/sandboxes", `{"host_id":"h-1"}`, 400},
+		{"POST", "/sandboxes", `{"bandwidth_quota_bytes":1}`, 400},
+		{"POST", "/sandboxes", `{"rootfs":"devbox:1"}`, 400},
+		{"GET", "/sandboxes?status=bogus", "", 400},
+		{"GET", "/sandboxes?limit=-1", "", 400},
+		{"GET", "/sandboxes?offset=x", "", 400},
 		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"a\u0000b"}`, 400},
 		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","args":["\u0000"]}`, 400},
 		{"POST", "/sandboxes/" + lease + "/processes", `{"cmd":"true","stdin":"x"}`, 400},
 		{"POST", "/sandboxes/" + lease + "/processes", ``, 400},
 		{"POST", "/sandboxes/sb-unknown/processes", `{"cmd":"true"}`, 404},
 		{"POST", "/sandboxes/" + lease + "/exec", `{"cmd":""}`, 400},
-		{"POST", "/sandboxes/" + lease + "/exec", `{"cmd":"no-such-cmd-xyz"}`, 400},
+		{"POST", "/sandboxes/" + lease + "/exec", `{"cmd":"true","env":{"":"x"}}`, 400},
+		{"POST", "/sandboxes/" + lease + "/processes/" + pid + "/resize", `{"rows":1,"cols":1}`, 400},
 		{"GET", proc + "/connect?after=-1", "", 400},
 		{"GET", proc + "/connect?after=abc", "", 400},
 		{"GET", proc + "/connect?after=1&after=2", "", 400},
@@ -192,10 +232,10 @@ func TestListByLabelAndSandboxData(t *testing.T) {
 	b := make(map[string]string{"wf": "1", "attempt": "2"})
 	c := make(nil)
 	list := func(query string) []string {
-		var out struct{ Sandboxes []sandboxData }
-		ts.mustCall("GET", "/sandboxes"+query, nil, &out)
+		var out struct{ Data []sandboxData }
+		ts.mustCall("GET", "/sandboxes"+strings.Replace(query, "?", "?limit=500&", 1), nil, &out)
 		var ids []string
-		for _, sb := range out.Sandboxes {
+		for _, sb := range out.Data {
 			if sb.Status != "running" || sb.Workspace != "/workspace" || sb.Labels == nil {
 				t.Errorf("listed %+v", sb)
 			}
@@ -241,11 +281,19 @@ func TestDestroyKillsEverythingAndRemovesTheWorkspace(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the lease directory is still there: %v", err)
 	}
-	if status := ts.call("DELETE", "/sandboxes/"+lease, nil, nil); status != http.StatusNotFound {
-		t.Errorf("second destroy: %d, want 404", status)
+	// It reads as destroyed (for a while), and a destroy again is what it
+	// was; everything else about it is gone.
+	var gone struct{ ID, Status string }
+	if ts.mustCall("DELETE", "/sandboxes/"+lease, nil, &gone); gone.ID != lease || gone.Status != "destroyed" {
+		t.Errorf("second destroy: %+v", gone)
 	}
-	if status := ts.call("GET", "/sandboxes/"+lease, nil, nil); status != http.StatusNotFound {
-		t.Errorf("GET after destroy: %d, want 404", status)
+	if ts.mustCall("GET", "/sandboxes/"+lease, nil, &gone); gone.ID != lease || gone.Status != "destroyed" {
+		t.Errorf("GET after destroy: %+v", gone)
+	}
+	for _, path := range []string{"/pause", "/exec", "/processes", "/egress"} {
+		if status := ts.call("POST", "/sandboxes/"+lease+path, `{"cmd":"true"}`, nil); status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+			t.Errorf("POST %s after destroy: %d, want 404", path, status)
+		}
 	}
 	if h := ts.srv.History(); len(h) != 2 || h[0].LeaseID != lease || h[0].End.IsZero() || h[0].Signal != "SIGKILL" {
 		t.Errorf("history after destroy: %+v", h)

@@ -61,6 +61,35 @@ func (l *lease) startIdleClock(after time.Duration) {
 	l.idle.timer = time.AfterFunc(after, l.idleCheck)
 }
 
+// setAutoPause changes how long the lease may be idle before it pauses
+// (0: never), counted from now (PATCH /v1/sandboxes/{id}, a fork).
+func (l *lease) setAutoPause(after time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.idle.closed {
+		return
+	}
+	l.idle.after = after
+	l.idle.last = time.Now()
+	switch {
+	case after <= 0 && l.idle.timer != nil:
+		l.idle.timer.Stop()
+	case after <= 0:
+	case l.idle.timer == nil:
+		l.idle.timer = time.AfterFunc(after, l.idleCheck)
+	default:
+		l.idle.timer.Reset(after)
+	}
+}
+
+// autoPause returns how long the lease may be idle before it pauses (0:
+// never).
+func (l *lease) autoPause() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle.after
+}
+
 // stopIdleClock disarms auto-pause for good (destroy).
 func (l *lease) stopIdleClock() {
 	l.mu.Lock()
@@ -75,7 +104,7 @@ func (l *lease) stopIdleClock() {
 // looks again when it could be.
 func (l *lease) idleCheck() {
 	l.mu.Lock()
-	if l.idle.closed {
+	if l.idle.closed || l.idle.after <= 0 {
 		l.mu.Unlock()
 		return
 	}

@@ -1,7 +1,9 @@
 // Package localsandbox is a local sandbox server that speaks the CreateOS
-// sandbox HTTP API (see PROTOCOL.md): the server behind `make run`, and the
-// real server that integration and fault tests run against. cmd/sandboxd
-// runs it as a program; tests and other programs embed it:
+// sandbox HTTP API (see PROTOCOL.md), in the official shapes: the vendor's
+// SDKs run against it unchanged (officialsdk_test.go). It is the server
+// behind `make run`, and the real server that integration and fault tests
+// run against. cmd/sandboxd runs it as a program; tests and other programs
+// embed it:
 //
 //	srv, err := localsandbox.New(localsandbox.Options{InsecureNoAuth: true, Root: dir})
 //	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,7 +31,8 @@
 // (the server's side of a lease init), machine_init.go (the init itself),
 // rootfs.go (the root file system), cgroups.go and freezer.go (the
 // shape's limits, pause), disk.go (the lease's disk), fork.go and
-// autopause.go; initproc.go holds the supervisor of a managed process.
+// autopause.go; initproc.go holds the supervisor of a managed process. The
+// API is http.go (envelopes, authentication) and the api_*.go files.
 //
 // # The init hook
 //

@@ -113,7 +113,8 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 // putFile answers PUT /files?path=: the body becomes the file, created with
-// its missing parents and owned by the lease's uid. The body goes to a
+// its missing parents and owned by the lease's uid; the answer says
+// {bytes, path}. The body goes to a
 // temporary file first, renamed into place once complete, so a rejected or
 // broken upload leaves nothing behind.
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
@@ -179,7 +180,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		return badRequest("the upload failed")
 	}
-	return writeData(w, map[string]any{"bytes": written})
+	return writeData(w, map[string]any{"bytes": written, "path": path.Clean(r.URL.Query().Get("path"))})
 }
 
 // openOrMakeDir opens the directory name below dirfd, creating it (owned by

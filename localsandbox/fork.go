@@ -1,31 +1,43 @@
 package localsandbox
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"time"
 )
 
 // Fork.
 //
-//	POST /v1/sandboxes/{id}/fork   {"labels": {...}}?   (the source must be paused)
-//	→ {"id": "sb-…", "status": "forking", "forked_from": "sb-…"}
+//	POST /v1/sandboxes/{id}/fork   {"start_paused"?, "egress"?, "envs"?, "ingress_enabled"?, "labels"? [ext]}
+//	→ the new sandbox's view: {"id": "sb-…", "status": "forking", "forked_from": "sb-…", …}
 //
-// makes a new sandbox whose file system starts as a copy of the source's:
-// its root's upper layer (everything the source wrote over its lower
-// layer), /workspace and /tmp, with their owners, modes, extended
-// attributes and the overlay's whiteouts. The new sandbox has the source's
-// shape, rootfs and disk size, and the labels of the request (none by
-// default: the source's labels name the source). It is "forking" while the
-// copy runs, then "running" (or "error"). Processes are not carried over:
-// the fork boots a fresh lease init over the copied files, as a machine
-// booted from a disk snapshot would. The source stays paused, and cannot be
-// resumed until the copy is done.
+// (the source must be paused) makes a new sandbox whose file system starts
+// as a copy of the source's: its root's upper layer (everything the source
+// wrote over its lower layer), /workspace and /tmp, with their owners,
+// modes, extended attributes and the overlay's whiteouts. The new sandbox
+// has the source's shape, rootfs, disk size and auto-pause, and the
+// source's egress, ingress and envs unless the request sets them; the
+// labels of the request (none by default: the source's labels name the
+// source); a name of its own. It is "forking" while the copy runs, then
+// "running" ("paused" with start_paused; "error" if it failed). Processes
+// are not carried over: the fork boots a fresh lease init over the copied
+// files, as a machine booted from a disk snapshot would. The source stays
+// paused, and cannot be resumed until the copy is done.
 
-// forkRequest is the body of POST /fork.
+// forkRequest is the body of POST /fork (CREATEOS-API.md §3.3); an omitted
+// field inherits the source's.
 type forkRequest struct {
-	Labels map[string]string `json:"labels,omitempty"`
+	StartPaused    bool              `json:"start_paused,omitempty"`
+	Egress         *[]string         `json:"egress,omitempty"`
+	Envs           map[string]string `json:"envs,omitempty"`
+	IngressEnabled *bool             `json:"ingress_enabled,omitempty"`
+	SSHPubkeys     []string          `json:"ssh_pubkeys,omitempty"`
+	// BandwidthQuotaBytes is tolerated and ignored: nothing is metered.
+	BandwidthQuotaBytes *int64            `json:"bandwidth_quota_bytes,omitempty"`
+	Labels              map[string]string `json:"labels,omitempty"` // [ext]
 }
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -37,41 +49,86 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
-	check := createSandboxRequest{Labels: req.Labels, Shape: src.shape.Name}
-	if _, err := s.validateRequest(&check); err != nil {
+	spec, err := s.forkSpec(src, &req)
+	if err != nil {
 		return err
 	}
 	if src.isolation != IsolationNamespaces {
 		return conflict("forking needs namespace isolation")
 	}
-	labels := req.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
 	if err := src.beginFork(); err != nil {
 		return err
 	}
-	l, err := s.reserveFork(leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, net: src.netSpec})
+	l, err := s.reserveFork(spec)
 	if err != nil {
 		src.endFork()
 		return err
 	}
+	l.setAutoPause(src.autoPause())
 	s.log.Info("sandbox forking", "sandbox", l.id, "from", src.id)
 	s.workers.Go(func() {
-		defer l.spawning.Done()
+		began := time.Now()
 		err := copyLeaseFiles(src, l)
 		src.endFork()
 		if err == nil {
 			err = s.startLease(l)
 		}
-		if err != nil {
+		next := stateRunning
+		switch {
+		case err != nil:
 			s.log.Warn("forking a sandbox failed", "sandbox", l.id, "from", src.id, "err", err)
-			l.setState(stateError)
-			return
+			next = stateError
+		case req.StartPaused:
+			next = statePausing
 		}
-		l.setState(stateRunning)
+		l.mu.Lock()
+		l.spawnTime = time.Since(began)
+		l.mu.Unlock()
+		l.setState(next)
+		l.spawning.Done()
+		if next == statePausing && l.status() == statePausing {
+			l.pause()
+		}
 	})
-	return writeData(w, map[string]any{"id": l.id, "status": stateForking, "forked_from": src.id})
+	return writeData(w, s.view(l, false))
+}
+
+// forkSpec checks a fork's request and returns what to create: the
+// source's, but for what the request sets.
+func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
+	if len(req.SSHPubkeys) > 0 {
+		return leaseSpec{}, unsupported("ssh_pubkeys", "it has no SSH gateway")
+	}
+	labels, err := checkLabels(req.Labels)
+	if err != nil {
+		return leaseSpec{}, err
+	}
+	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, net: src.netSpec, forkedFrom: src.id}
+	if n := src.network(); n != nil {
+		n.mu.Lock()
+		spec.net = netSpec{egress: n.egress, ingress: n.ingress}
+		n.mu.Unlock()
+	}
+	if req.Envs != nil {
+		if err := checkEnv("envs", req.Envs); err != nil {
+			return leaseSpec{}, err
+		}
+		spec.envs = req.Envs
+	}
+	if req.Egress != nil || req.IngressEnabled != nil {
+		egress := spec.net.egress.list()
+		if req.Egress != nil {
+			egress = *req.Egress
+		}
+		ingress := spec.net.ingress
+		if req.IngressEnabled != nil {
+			ingress = *req.IngressEnabled
+		}
+		if spec.net, err = s.netSpec(context.Background(), egress, ingress); err != nil {
+			return leaseSpec{}, err
+		}
+	}
+	return spec, nil
 }
 
 // beginFork holds a paused lease for a fork's copy.
@@ -97,13 +154,22 @@ func (l *lease) endFork() {
 // its spawning count is held until the fork has started (or failed), so a
 // destroy waits for that.
 func (s *Server) reserveFork(spec leaseSpec) (*lease, error) {
-	return s.register(func() (*lease, error) {
+	name, err := s.reserveName("")
+	if err != nil {
+		return nil, err
+	}
+	spec.name = name
+	l, err := s.register(func() (*lease, error) {
 		l, err := s.newLeaseDirs(newID("sb-"), spec, stateForking)
 		if err == nil {
 			l.spawning.Add(1) // before the lease is registered
 		}
 		return l, err
 	}, (*lease).removeDirs)
+	if err != nil {
+		s.releaseName(name)
+	}
+	return l, err
 }
 
 // copyLeaseFiles copies the upper layer, workspace and tmp of src into the

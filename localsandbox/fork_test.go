@@ -54,12 +54,10 @@ func TestForkCopiesTheFilesNotTheProcesses(t *testing.T) {
 	if r := ts.exec(fork.ID, `cat /workspace/f /etc/forked`); r.Stdout != "changed\nchanged\n" {
 		t.Errorf("the fork: %q", r.Stdout)
 	}
-	var list struct {
-		Sandboxes []sandboxData `json:"sandboxes"`
-	}
+	var list struct{ Data []sandboxData }
 	ts.mustCall("GET", "/sandboxes?label=role=fork", nil, &list)
-	if len(list.Sandboxes) != 1 || list.Sandboxes[0].ID != fork.ID {
-		t.Errorf("the fork's labels: %+v", list.Sandboxes)
+	if len(list.Data) != 1 || list.Data[0].ID != fork.ID {
+		t.Errorf("the fork's labels: %+v", list.Data)
 	}
 	if status := ts.call("POST", "/sandboxes/sb-none/fork", nil, nil); status != http.StatusNotFound {
 		t.Errorf("fork of an unknown sandbox: %d", status)
@@ -116,5 +114,37 @@ func TestAutoPausePausesAnIdleSandbox(t *testing.T) {
 	ts.exec(other, `sleep 0.2`)
 	if st := ts.status(other); st != "running" {
 		t.Errorf("a sandbox without auto-pause is %q", st)
+	}
+}
+
+// The official fork body: envs replace the source's, start_paused leaves
+// the fork paused, bandwidth_quota_bytes is tolerated, ssh_pubkeys refused.
+func TestForkTakesTheOfficialBody(t *testing.T) {
+	ts := startServer(t, Options{})
+	var src officialView
+	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "envs": map[string]string{"WHO": "source"},
+		"auto_pause_after_seconds": 600}, &src)
+	ts.mustCall("POST", "/sandboxes/"+src.ID+"/pause", nil, nil)
+	waitStatus(t, ts, src.ID, "paused")
+	if status := ts.call("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"ssh_pubkeys": []string{"ssh-ed25519 AAAA"}}, nil); status != http.StatusBadRequest {
+		t.Errorf("fork with ssh_pubkeys: %d, want 400", status)
+	}
+	var plain, paused officialView
+	ts.mustCall("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"bandwidth_quota_bytes": 0}, &plain)
+	ts.mustCall("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"start_paused": true, "envs": map[string]string{"WHO": "fork"}}, &paused)
+	for _, f := range []officialView{plain, paused} {
+		if f.Status != "forking" || f.ForkedFrom != src.ID || f.Name == "" || f.Name == src.Name || f.AutoPause != 600 {
+			t.Errorf("fork answered %+v", f)
+		}
+	}
+	waitStatus(t, ts, plain.ID, "running")
+	waitStatus(t, ts, paused.ID, "paused")
+	if r := ts.exec(plain.ID, `echo $WHO`); r.Stdout != "source\n" {
+		t.Errorf("the fork inherits the envs: %+v", r)
+	}
+	ts.mustCall("POST", "/sandboxes/"+paused.ID+"/resume", nil, nil)
+	waitStatus(t, ts, paused.ID, "running")
+	if r := ts.exec(paused.ID, `echo $WHO`); r.Stdout != "fork\n" {
+		t.Errorf("the fork's own envs: %+v", r)
 	}
 }

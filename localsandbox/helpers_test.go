@@ -123,10 +123,12 @@ func (ts *testServer) call(method, path string, body any, out any) int {
 	resp := ts.request(method, path, r, nil)
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("X-Request-Id") == "" {
+		ts.t.Errorf("%s %s: %d without an X-Request-Id", method, path, resp.StatusCode)
+	}
 	if resp.StatusCode != http.StatusOK {
-		var env struct{ Status, Error string }
-		if err := json.Unmarshal(raw, &env); err != nil || env.Status != "error" || env.Error == "" {
-			ts.t.Errorf("%s %s: %d without an error envelope: %q", method, path, resp.StatusCode, raw)
+		if !isFailureEnvelope(resp, raw) {
+			ts.t.Errorf("%s %s: %d without a JSend failure envelope: %q", method, path, resp.StatusCode, raw)
 		}
 		return resp.StatusCode
 	}
@@ -143,6 +145,25 @@ func (ts *testServer) call(method, path string, body any, out any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// isFailureEnvelope reports whether a failure answered the JSend envelope
+// of its status: a 4xx {"status":"fail","data":{"code","message"}}, a 5xx
+// {"status":"error","message","code":<status>}, as JSON.
+func isFailureEnvelope(resp *http.Response, raw []byte) bool {
+	var env struct {
+		Status  string
+		Message string
+		Code    int
+		Data    struct{ Code, Message string }
+	}
+	if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(raw, &env) != nil {
+		return false
+	}
+	if resp.StatusCode >= 500 {
+		return env.Status == "error" && env.Message != "" && env.Code == resp.StatusCode
+	}
+	return env.Status == "fail" && env.Data.Code != "" && env.Data.Message != ""
 }
 
 // mustCall is call that fails the test unless the status is 200.
@@ -314,7 +335,8 @@ func (ts *testServer) run(lease, script string) output {
 	return ts.connect(lease, pid, 0).drain(0)
 }
 
-// waitTree waits for the process tree with wait?scope=tree.
+// waitTree waits for the process tree with wait?scope=tree; at the timeout
+// the answer is the process as it is (tree_exited false).
 func (ts *testServer) waitTree(lease, pid string, timeout time.Duration) (waitData, int) {
 	ts.t.Helper()
 	var w waitData
@@ -328,7 +350,9 @@ type waitData struct {
 	Output   struct {
 		NewestSeq int64 `json:"newest_seq"`
 	} `json:"output"`
-	TreeExited bool `json:"tree_exited"`
+	State        string `json:"state"`
+	LeaderExited bool   `json:"leader_exited"`
+	TreeExited   bool   `json:"tree_exited"`
 }
 
 // putFile uploads content to path in the lease and returns the status.

@@ -22,16 +22,29 @@ import (
 // maxJSONBytes caps a JSON request body.
 const maxJSONBytes = 1 << 20
 
-// apiError is a failure answered with its status and a short message in the
-// error envelope: {"status":"error","error":"..."}. Messages never echo
-// request bodies, keys or command lines, and quote at most maxEcho bytes of
-// any value from the request.
+// apiError is a failure answered with its status and a short message in a
+// JSend envelope (writeError). Messages never echo request bodies, keys or
+// command lines, and quote at most maxEcho bytes of any value from the
+// request.
 type apiError struct {
 	status int
 	msg    string
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.msg) }
+
+// codedError gives an apiError a machine code of its own (data.code of the
+// fail envelope), where the status's own code (statusCode) would not tell
+// a client enough: a name taken is not another conflict.
+type codedError struct {
+	*apiError
+	code string
+}
+
+func (e *codedError) Unwrap() error { return e.apiError }
+
+// withCode gives err the machine code code.
+func withCode(code string, err *apiError) *codedError { return &codedError{err, code} }
 
 // maxEcho is the most of a value from the request that an error message
 // quotes.
@@ -88,6 +101,12 @@ func notFound(what string) *apiError { return &apiError{http.StatusNotFound, wha
 
 func conflict(msg string) *apiError { return &apiError{http.StatusConflict, msg} }
 
+// unsupported is the 400 of a field of the official API that this server
+// does not serve: answered, never silently dropped.
+func unsupported(field, why string) *codedError {
+	return withCode("UNSUPPORTED", badRequest("%s is not supported by this server: %s", field, why))
+}
+
 // handlerFunc is an endpoint: it writes a success itself, or returns an
 // error that the adapter answers (an *apiError with its status, anything
 // else as a logged 500).
@@ -99,44 +118,118 @@ func (s *Server) endpoint(h handlerFunc) http.Handler {
 		if err == nil {
 			return
 		}
-		var apiErr *apiError
+		var (
+			apiErr *apiError
+			coded  *codedError
+			code   string
+		)
 		switch {
 		case bodyExpired(r):
 			// However the handler saw it, the body did not arrive in time.
 			apiErr = &apiError{http.StatusRequestTimeout, "the request body did not arrive in time"}
 		case !errors.As(err, &apiErr):
-			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", w.Header().Get("X-Request-Id"), "err", err)
 			apiErr = &apiError{http.StatusInternalServerError, "internal error"}
+		case errors.As(err, &coded):
+			code = coded.code
 		}
-		writeError(w, apiErr.status, apiErr.msg)
+		writeFailure(w, apiErr.status, code, apiErr.msg)
 	})
 }
 
 // writeData answers 200 with the success envelope around data.
 func writeData(w http.ResponseWriter, data any) error {
+	return writeJSON(w, http.StatusOK, "success", data)
+}
+
+// writeJSON answers status with the JSend envelope {"status":…,"data":…}.
+func writeJSON(w http.ResponseWriter, status int, envelope string, data any) error {
 	body, err := json.Marshal(struct {
 		Status string `json:"status"`
 		Data   any    `json:"data"`
-	}{"success", data})
+	}{envelope, data})
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 	return nil
 }
 
+// writeError answers status with msg in a JSend failure envelope, under
+// the status's own machine code.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	body, _ := json.Marshal(struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-	}{"error", msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	writeFailure(w, status, "", msg)
+}
+
+// writeFailure answers a failure in the JSend envelopes of CREATEOS-API.md
+// §1.5: a 4xx is {"status":"fail","data":{"code":"<CODE>","message":"…"}}
+// (code "" is the status's own, statusCode), a 5xx is
+// {"status":"error","message":"…","code":<status>}. A 429 or 503 is a
+// refusal for load (too many sandboxes or processes, shutting down) and
+// says when to try again.
+func writeFailure(w http.ResponseWriter, status int, code, msg string) {
+	var env any
+	if status >= 500 {
+		env = struct {
+			Status  string `json:"status"`
+			Message string `json:"message"`
+			Code    int    `json:"code"`
+		}{"error", msg, status}
+	} else {
+		if code == "" {
+			code = statusCode(status)
+		}
+		type failData struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		env = struct {
+			Status string   `json:"status"`
+			Data   failData `json:"data"`
+		}{"fail", failData{code, msg}}
+	}
+	body, _ := json.Marshal(env)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfterSeconds)
+	}
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// retryAfterSeconds is the Retry-After of a refusal for load.
+const retryAfterSeconds = "1"
+
+// statusCode is the machine code of a 4xx failure without one of its own.
+func statusCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "INVALID_REQUEST"
+	case http.StatusUnauthorized:
+		return "UNAUTHORIZED"
+	case http.StatusForbidden:
+		return "FORBIDDEN"
+	case http.StatusNotFound:
+		return "NOT_FOUND"
+	case http.StatusRequestTimeout:
+		return "REQUEST_TIMEOUT"
+	case http.StatusConflict:
+		return "CONFLICT"
+	case http.StatusGone:
+		return "GONE"
+	case http.StatusRequestEntityTooLarge:
+		return "PAYLOAD_TOO_LARGE"
+	case http.StatusUnprocessableEntity:
+		return "UNPROCESSABLE"
+	case http.StatusTooManyRequests:
+		return "RATE_LIMITED"
+	}
+	return "HTTP_" + strconv.Itoa(status)
 }
 
 // decodeJSON reads a JSON object of at most maxJSONBytes into v, rejecting
@@ -217,10 +310,14 @@ func queryDuration(r *http.Request, name string, def, max time.Duration) (time.D
 	return time.Duration(ms) * time.Millisecond, err
 }
 
+// publicRoutes are the paths served without a key (CREATEOS-API.md §1.2),
+// to GET and HEAD: health and the catalog, nothing of any sandbox.
+var publicRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/v1/shapes": true, "/v1/rootfs": true}
+
 // withAuth answers 401 to a request without the right X-Api-Key, from its
 // header alone: the body is never read, neither by the handler nor by
 // net/http after it (which would wait for up to 256 KiB of it), and the
-// connection is closed after the answer.
+// connection is closed after the answer. The public routes need no key.
 // Keys are compared by their hashes in constant time.
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	if s.opts.InsecureNoAuth {
@@ -228,6 +325,10 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 	}
 	want := sha256.Sum256([]byte(s.opts.APIKey))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && publicRoutes[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
 		got := sha256.Sum256([]byte(r.Header.Get("X-Api-Key")))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			// Nothing more is read: not the body, not another request.
@@ -302,11 +403,25 @@ func (s *Server) withRecover(next http.Handler) http.Handler {
 	})
 }
 
-// withOpen answers 503 once the server is shutting down.
+// withRequestID names every answer with an X-Request-Id of its own
+// (CREATEOS-API.md §1.8), which the server's logs of the request carry too.
+// A client's own X-Request-Id is never echoed.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", newID("req-"))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withOpen answers 503 once the server is shutting down (but to /readyz,
+// which says so itself).
 func (s *Server) withOpen(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-s.done:
+			if r.URL.Path == "/readyz" {
+				break
+			}
 			writeError(w, http.StatusServiceUnavailable, "the server is shutting down")
 			return
 		default:

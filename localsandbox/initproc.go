@@ -61,6 +61,8 @@ type initConfig struct {
 // Started or a Failure, later the command's exit status.
 type initMessage struct {
 	Started bool `json:"started,omitempty"`
+	// Pid is the started command's, as its supervisor sees it.
+	Pid int `json:"pid,omitempty"`
 	// Failure says why the command could not start; FailureKind is
 	// "cwd", "command" (not found / not executable) or "setup".
 	Failure     string `json:"failure,omitempty"`
@@ -174,7 +176,7 @@ func runInit() int {
 		}
 		null.Close()
 	}
-	report(initMessage{Started: true})
+	report(initMessage{Started: true, Pid: pid})
 
 	go forwardSignals(sigs)
 	for {

@@ -78,7 +78,7 @@ func TestLeasesCannotSeeSignalOrReadEachOther(t *testing.T) {
 	if err := syscallKill0(hostPID); err != nil {
 		t.Errorf("the process of lease a died: %v", err)
 	}
-	if w, status := ts.waitTree(a, pidA, 10*time.Millisecond); status != http.StatusRequestTimeout {
+	if w, status := ts.waitTree(a, pidA, 10*time.Millisecond); status != http.StatusOK || w.TreeExited || w.State != "running" {
 		t.Errorf("lease a's process ended: %d %+v", status, w)
 	}
 }
@@ -320,8 +320,8 @@ func TestProcessGroupFallback(t *testing.T) {
 	// and dies with it.
 	pid := ts.startProcess(lease, strings.ReplaceAll(doubleFork, "/workspace", hostWorkspace))
 	ts.connect(lease, pid, 0).drain(0)
-	if _, status := ts.waitTree(lease, pid, 50*time.Millisecond); status != http.StatusRequestTimeout {
-		t.Errorf("wait with a grandchild alive: %d, want 408", status)
+	if w, status := ts.waitTree(lease, pid, 50*time.Millisecond); status != http.StatusOK || w.TreeExited {
+		t.Errorf("wait with a grandchild alive: %d %+v, want the tree not exited", status, w)
 	}
 	var del struct {
 		TreeExited bool `json:"tree_exited"`

@@ -180,6 +180,14 @@ func (j *journal) newestSeq() int64 {
 	return j.newest
 }
 
+// window returns the seqs of the oldest and newest entries still held
+// (oldest is newest+1 when none is) and the bytes they hold.
+func (j *journal) window() (oldest, newest int64, bytes int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.evicted + 1, j.newest, j.bytes
+}
+
 // attach registers a reader that wants the entries after seq after. It
 // fails with errExpired when some of them were evicted already.
 func (j *journal) attach(after int64) (*cursor, error) {

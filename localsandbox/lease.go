@@ -3,9 +3,11 @@ package localsandbox
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -52,14 +54,19 @@ type lease struct {
 	uid, gid int
 	idSlot   int
 
-	rootfs    string        // the lower layer's name below Options.RootfsDir; "" = the host's
-	autoPause time.Duration // pause once idle that long (0: never)
-	machine   *machine      // the lease init (namespace mode)
-	cgroup    leaseCgroup   // nil when the server enforces no limits
-	disk      *leaseDisk    // nil when the server does not bound disks
-	diskMax   int64         // the lease's disk_mib in bytes
-	net       *leaseNet     // the network namespace the server made (network.go), or nil
-	netSpec   netSpec       // the egress and ingress it was created with
+	rootfs  string      // the lower layer's name below Options.RootfsDir; "" = the host's
+	machine *machine    // the lease init (namespace mode)
+	cgroup  leaseCgroup // nil when the server enforces no limits
+	disk    *leaseDisk  // nil when the server does not bound disks
+	diskMax int64       // the lease's disk_mib in bytes
+	net     *leaseNet   // the network namespace the server made (network.go), or nil
+	netSpec netSpec     // the egress and ingress it was created with
+
+	// name is unique among the live leases; envs are set in every
+	// command's environment (their values are never shown).
+	name       string
+	envs       map[string]string
+	forkedFrom string // the source of a fork
 
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
@@ -77,6 +84,11 @@ type lease struct {
 	state  string
 	procs  map[string]*process
 	exited []*process // exited processes still answered for, oldest first
+
+	// When the lease first ran, last paused and last resumed (zero: never),
+	// and how long it took to start running; guarded by mu.
+	runningAt, pausedAt, resumedAt time.Time
+	spawnTime                      time.Duration
 }
 
 // leaseSpec is what a create asks for.
@@ -88,6 +100,10 @@ type leaseSpec struct {
 	// autoPause pauses the lease once idle that long (0: never).
 	autoPause time.Duration
 	net       netSpec
+
+	name       string            // reserved by reserveName
+	envs       map[string]string // checked by checkEnv
+	forkedFrom string            // the source of a fork
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
@@ -100,6 +116,7 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	if err := s.startLease(l); err != nil {
 		return nil, err
 	}
+	l.runningAt = time.Now()
 	l.startIdleClock(spec.autoPause)
 	return l, nil
 }
@@ -114,13 +131,16 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		labels:    spec.labels,
 		rootfs:    spec.rootfs,
 		diskMax:   spec.disk,
-		autoPause: spec.autoPause,
 		netSpec:   spec.net,
 		created:   time.Now(),
 		isolation: s.isolation,
 		dir:       filepath.Join(s.opts.Root, leasesDir, id),
 		state:     state,
 		procs:     make(map[string]*process),
+
+		name:       spec.name,
+		envs:       spec.envs,
+		forkedFrom: spec.forkedFrom,
 	}
 	l.workspaceHost = filepath.Join(l.dir, "workspace")
 	l.tmpHost = filepath.Join(l.dir, "tmp")
@@ -233,10 +253,20 @@ func (l *lease) hostRoots() []int {
 	return t.children[m.pid()]
 }
 
-// env is the environment commands start with. Nothing of the server's own
-// environment (which may hold its API key) reaches them.
-func (l *lease) env() []string {
-	env := []string{"PATH=" + sandboxPath, "HOME=" + l.workspace, "LANG=C.UTF-8", "TMPDIR=" + l.tmp}
+// env is the environment a command starts with: the lease's standard
+// variables, overridden by its envs, overridden by the command's own
+// (extra). Nothing of the server's own environment (which may hold its API
+// key) reaches them, and nothing overrides the root marker of
+// process-group mode, by which a later server finds what this one left.
+func (l *lease) env(extra map[string]string) []string {
+	vars := map[string]string{"PATH": sandboxPath, "HOME": l.workspace, "LANG": "C.UTF-8", "TMPDIR": l.tmp}
+	maps.Copy(vars, l.envs)
+	maps.Copy(vars, extra)
+	delete(vars, rootMarkerEnv)
+	env := make([]string, 0, len(vars)+1)
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		env = append(env, k+"="+vars[k])
+	}
 	if l.isolation != IsolationNamespaces {
 		env = append(env, rootMarkerEnv+"="+l.server.opts.Root)
 	}
@@ -311,12 +341,13 @@ func (l *lease) endSpawn(p *process) {
 	l.spawning.Done()
 }
 
-// start runs argv in the lease.
-func (l *lease) start(argv []string, cwd string, oneShot bool) (*process, error) {
+// start runs argv in the lease, with the variables env added to its
+// environment.
+func (l *lease) start(argv []string, cwd string, env map[string]string, oneShot bool) (*process, error) {
 	if err := l.beginSpawn(); err != nil {
 		return nil, err
 	}
-	p, err := l.server.spawn(l, argv, cwd, oneShot)
+	p, err := l.server.spawn(l, argv, cwd, l.env(env), oneShot)
 	l.endSpawn(p)
 	return p, err
 }
@@ -398,13 +429,24 @@ func (l *lease) transition(from []string, via string) (string, bool) {
 	return l.state, false
 }
 
-// setState moves the lease to state unless it was destroyed meanwhile.
+// setState moves the lease to state unless it was destroyed meanwhile,
+// and notes when it first ran, paused or resumed.
 func (l *lease) setState(state string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateDestroyed {
-		l.state = state
+	if l.state == stateDestroyed {
+		return
 	}
+	now := time.Now()
+	switch {
+	case state == statePaused:
+		l.pausedAt = now
+	case state == stateRunning && l.state == stateResuming:
+		l.resumedAt = now
+	case state == stateRunning && l.runningAt.IsZero():
+		l.runningAt = now
+	}
+	l.state = state
 }
 
 // pause freezes every process of the lease; it runs after the lease moved

@@ -299,7 +299,7 @@ func (in *leaseInit) spawn(req *machineRequest, fds []int) {
 	if req.Kind == kindExec {
 		// Before reap, which waits for the lock, can report its exit.
 		c.status = status
-		report(initMessage{Started: true})
+		report(initMessage{Started: true, Pid: pid})
 	}
 	in.mu.Unlock()
 	select {

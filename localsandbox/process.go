@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +32,17 @@ type process struct {
 	journal   *journal
 	record    *ProcessRecord // owned by the server's history; guarded by history.mu
 
+	// What the API shows of it: the command, its working directory, when
+	// it started and its pid (in the lease's pid namespace; on the host in
+	// process-group mode).
+	argv    []string
+	cwd     string
+	created time.Time
+	pid     int
+
+	inputSeq    atomic.Int64 // the writes to its stdin so far
+	terminating atomic.Bool  // a DELETE is ending its tree
+
 	stdinMu sync.Mutex
 	stdin   *os.File // nil once closed
 
@@ -38,8 +50,9 @@ type process struct {
 	mainExited chan struct{}    // closed once the exit status is known
 	done       chan struct{}    // closed once the tree is gone and the journal complete
 
-	mu   sync.Mutex
-	exit *exitStatus
+	mu       sync.Mutex
+	exit     *exitStatus
+	finished time.Time // when exit was set
 
 	retired bool // filed by lease.retireLocked; guarded by lease.mu
 }
@@ -61,7 +74,7 @@ const startTimeout = 30 * time.Second
 // mode, under a new supervisor on the host in process-group mode. It
 // returns once the command runs, or a *startError when it could not be
 // started because of its argv or cwd.
-func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*process, error) {
+func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneShot bool) (*process, error) {
 	files, err := newInitFiles()
 	if err != nil {
 		return nil, err
@@ -69,6 +82,9 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 	p := &process{
 		lease:      l,
 		oneShot:    oneShot,
+		argv:       argv,
+		cwd:        l.resolveCwd(cwd),
+		created:    time.Now(),
 		startCh:    make(chan initMessage, 1),
 		mainExited: make(chan struct{}),
 		done:       make(chan struct{}),
@@ -81,12 +97,12 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 		p.machine = l.machine
 		p.untilExit = oneShot
 		fds := []int{int(files.stdinR.Fd()), int(files.stdoutW.Fd()), int(files.stderrW.Fd()), int(files.statusW.Fd())}
-		p.machineID, err = l.machine.spawn(kind, argv, l.resolveCwd(cwd), l.env(), fds)
+		p.machineID, err = l.machine.spawn(kind, argv, p.cwd, env, fds)
 		if err != nil {
 			files.closeAll()
 			return nil, err
 		}
-	} else if p.cmd, err = s.startSupervisor(l, argv, cwd, files); err != nil {
+	} else if p.cmd, err = s.startSupervisor(l, argv, cwd, env, files); err != nil {
 		files.closeAll()
 		return nil, err
 	}
@@ -131,6 +147,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 		return nil, errors.New("the init did not start the command in time")
 	}
 	if msg.Started {
+		p.pid = msg.Pid
 		s.started.Add(1)
 		return p, nil
 	}
@@ -144,11 +161,11 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, oneShot bool) (*proc
 
 // startSupervisor starts argv under a new supervisor on the host, for
 // process-group mode.
-func (s *Server) startSupervisor(l *lease, argv []string, cwd string, files *initFiles) (*exec.Cmd, error) {
+func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []string, files *initFiles) (*exec.Cmd, error) {
 	cfg := initConfig{
 		Argv:          argv,
 		Cwd:           l.resolveCwd(cwd),
-		Env:           l.env(),
+		Env:           env,
 		WorkspacePath: l.workspaceHost,
 		MaxProcs:      uint64(s.opts.MaxProcesses),
 		MaxOpenFiles:  uint64(s.opts.MaxOpenFiles),
@@ -430,6 +447,7 @@ func (p *process) setExit(st exitStatus) {
 		return
 	}
 	p.exit = &st
+	p.finished = time.Now()
 	p.journal.setExit(st)
 	close(p.mainExited)
 }
@@ -506,6 +524,7 @@ func (p *process) terminate(grace time.Duration) bool {
 		return true
 	default:
 	}
+	p.terminating.Store(true)
 	p.journal.release()
 	if grace > 0 {
 		p.signal(syscall.SIGTERM)

@@ -47,6 +47,8 @@ type Server struct {
 	creating    int // leases being created, not yet in leases
 	idempotency map[string]*idempotentCreate
 	idemOrder   []string
+	names       map[string]bool // the names of the live leases, and of those being created
+	destroyed   destroyedLeases // what GET still answers of destroyed leases
 	servers     map[*http.Server]struct{}
 	shutdown    bool
 
@@ -78,6 +80,7 @@ func New(opts Options) (*Server, error) {
 		done:        make(chan struct{}),
 		leases:      make(map[string]*lease),
 		idempotency: make(map[string]*idempotentCreate),
+		names:       make(map[string]bool),
 		servers:     make(map[*http.Server]struct{}),
 	}
 	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*idsPerLease >= 1<<32-1 {
@@ -282,7 +285,7 @@ func (s *Server) probe() error {
 		return err
 	}
 	defer l.destroy()
-	p, err := l.start([]string{"true"}, "", true)
+	p, err := l.start([]string{"true"}, "", nil, true)
 	if err != nil {
 		return err
 	}

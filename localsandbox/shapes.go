@@ -1,5 +1,7 @@
 package localsandbox
 
+import "math"
+
 // shape is a machine size of the hosted service. The local server accepts
 // every hosted shape so that the same configuration works against both;
 // where it can (root, cgroups) the kernel enforces a shape's CPU and memory
@@ -9,6 +11,10 @@ type shape struct {
 	VCPUs       float64 `json:"vcpus"`
 	MemoryBytes int64   `json:"memory_bytes"`
 }
+
+// vcpu is the shape's whole vCPUs, as the API counts them: a shape of less
+// than one is one vCPU under a CPU quota.
+func (sh shape) vcpu() int { return int(math.Ceil(sh.VCPUs)) }
 
 const mib = 1 << 20
 

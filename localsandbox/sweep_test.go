@@ -151,7 +151,7 @@ func TestSweepKillsLeftoverInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lease.start([]string{"sleep", "1000"}, "", false); err != nil {
+	if _, err := lease.start([]string{"sleep", "1000"}, "", nil, false); err != nil {
 		t.Fatal(err)
 	}
 

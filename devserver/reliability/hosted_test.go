@@ -109,7 +109,7 @@ func (h *hostedLike) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, _ := body["name"].(string)
-	delete(body, "name")   // sandboxd does not know names: the adapter keeps them
+	delete(body, "name")   // the adapter keeps the names, and takes one for good
 	delete(body, "labels") // the hosted service has no labels
 	h.mu.Lock()
 	if name == "" {
@@ -158,14 +158,14 @@ func (h *hostedLike) list(w http.ResponseWriter, r *http.Request) {
 	limit = min(max(limit, 1), 2)
 	// The label filter of the query is not passed on: the hosted service
 	// has none.
-	rq, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, h.upstream.String()+"/v1/sandboxes", nil)
+	rq, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, h.upstream.String()+"/v1/sandboxes?limit=500", nil)
 	rq.Header.Set("X-Api-Key", r.Header.Get("X-Api-Key"))
 	status, data, err := h.do(rq)
 	if err != nil || status != http.StatusOK {
 		h.answer(w, status, data, err)
 		return
 	}
-	all, _ := data["sandboxes"].([]any)
+	all, _ := data["data"].([]any)
 	items := []any{}
 	for _, item := range all {
 		if v, ok := item.(map[string]any); ok {
