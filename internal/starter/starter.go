@@ -114,22 +114,24 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		}
 		return result.ShellExitCode()
 	}
-	return printResult(stdio, live, result.Result, "the command", opts.request.Command.Timeout)
+	return printResult(stdio, live, result.Result, result.LeaseID, "the command", opts.request.Command.Timeout)
 }
 
 // printResult prints a command's output (what live has not printed of it
-// yet) and how it ended, and returns its shell exit code. what names the
-// command in messages.
-func printResult(stdio IO, live *livePrinter, res sandbox.Result, what string, timeout time.Duration) int {
-	live.finish(res)
+// yet; the command ran on lease leaseID) and how it ended, and returns its
+// shell exit code. what names the command in messages.
+func printResult(stdio IO, live *livePrinter, res sandbox.Result, leaseID, what string, timeout time.Duration) int {
+	live.finish(res, leaseID)
 	switch {
 	case res.TimedOut:
 		fmt.Fprintf(stdio.Stderr, "starter: %s timed out after %s and was killed\n", what, timeout)
 	case res.Signal != "":
 		fmt.Fprintf(stdio.Stderr, "starter: %s was killed by %s\n", what, res.Signal)
 	}
-	if res.Truncated {
-		fmt.Fprintf(stdio.Stderr, "starter: output of %s truncated: only the end of each stream is shown\n", what)
+	if res.Truncated && !live.skipped && res.StdoutStart == 0 && res.StderrStart == 0 {
+		// Both tails are whole, yet output is missing: it was lost before
+		// it could be read (the printer names output it skipped itself).
+		fmt.Fprintf(stdio.Stderr, "starter: some output of %s was lost before it could be read\n", what)
 	}
 	return res.ShellExitCode()
 }
