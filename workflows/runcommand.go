@@ -71,8 +71,10 @@ type resultAnswer struct {
 
 // Run runs a command exactly as RunCommand does, but inline: from the
 // caller's own workflow code, its activities recorded in the caller's
-// history. It publishes no query, details or search attributes (the
-// workflow is the caller's), and may be called any number of times.
+// history. It publishes no query, details or search attributes and
+// answers no UpdateResult (the workflow is the caller's: its own result
+// comes when Run returns, after the release), and may be called any
+// number of times.
 func Run(ctx workflow.Context, req Request) (Result, error) {
 	var key string
 	// Each call needs its own run key, the same on every replay.
