@@ -30,7 +30,10 @@ type ExecuteInput struct {
 // ExecuteProgress is what Execute records in its heartbeats: what the Web UI
 // shows of a running command, and what a retry needs to re-attach to it.
 type ExecuteProgress struct {
-	// Process is the command's process once it exists.
+	// LeaseID is the lease the command runs on.
+	LeaseID string `json:"leaseId,omitempty"`
+	// Process is the command's process once it exists. With LeaseID it
+	// names the output stream: a new process is a new stream.
 	Process sandbox.Process `json:"process,omitzero"`
 	// Cursor is the sequence number of the last output frame read.
 	Cursor int64 `json:"cursor,omitempty"`
@@ -119,7 +122,7 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	}
 
 	m := meterOf(ctx)
-	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters()}
+	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters(), progress: ExecuteProgress{LeaseID: lease.ID}}
 	stop, nudge := a.keepBeating(ctx, progress.snapshot)
 	progress.nudge = nudge
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))

@@ -707,6 +707,9 @@ func TestExecuteKeepsATailOfTheOutput(t *testing.T) {
 	assert.Equal(t, "short", res.Stderr)
 	assert.True(t, res.Truncated)
 	assert.Equal(t, "0123456789abcdé", rec.text(sandbox.Stdout), "live output is complete")
+	assert.Equal(t, int64(11), res.StdoutStart, "the tail's offset in the stream")
+	assert.Equal(t, res.Stdout, rec.text(sandbox.Stdout)[res.StdoutStart:], "the tail is the live output from its offset on")
+	assert.Zero(t, res.StderrStart, "a stream kept whole starts at 0")
 }
 
 func TestExecuteFlushesAnIncompleteCharacter(t *testing.T) {

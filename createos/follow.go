@@ -295,11 +295,13 @@ func (f *follower) result(st exitStatus) sandbox.Result {
 	}
 	stdout, stderr := f.output(sandbox.Stdout), f.output(sandbox.Stderr)
 	return sandbox.Result{
-		ProcessID: f.pid,
-		ExitCode:  st.code,
-		Signal:    st.signal,
-		Stdout:    stdout.tail.String(),
-		Stderr:    stderr.tail.String(),
-		Truncated: f.lost || stdout.tail.truncated() || stderr.tail.truncated(),
+		ProcessID:   f.pid,
+		ExitCode:    st.code,
+		Signal:      st.signal,
+		Stdout:      stdout.tail.String(),
+		Stderr:      stderr.tail.String(),
+		StdoutStart: stdout.tail.start(),
+		StderrStart: stderr.tail.start(),
+		Truncated:   f.lost || stdout.tail.truncated() || stderr.tail.truncated(),
 	}
 }

@@ -8,7 +8,8 @@ import "unicode/utf8"
 type tail struct {
 	max     int
 	buf     []byte
-	dropped bool // some text was thrown away
+	written int64 // bytes written in all
+	dropped bool  // some text was thrown away
 }
 
 func newTail(max int) tail { return tail{max: max} }
@@ -16,6 +17,7 @@ func newTail(max int) tail { return tail{max: max} }
 // write appends s, which must be valid UTF-8 (whole characters).
 func (t *tail) write(s string) {
 	t.buf = append(t.buf, s...)
+	t.written += int64(len(s))
 	if len(t.buf) > 2*t.max {
 		t.trim()
 	}
@@ -25,6 +27,12 @@ func (t *tail) write(s string) {
 func (t *tail) String() string {
 	t.trim()
 	return string(t.buf)
+}
+
+// start returns the offset in the text of String's first byte.
+func (t *tail) start() int64 {
+	t.trim()
+	return t.written - int64(len(t.buf))
 }
 
 // truncated reports whether String lacks a part of the text.

@@ -18,6 +18,7 @@ func TestTailKeepsTheEnd(t *testing.T) {
 	tl.write("e")
 	assert.Equal(t, "bcde", tl.String())
 	assert.True(t, tl.truncated())
+	assert.Equal(t, int64(1), tl.start(), "the kept text starts after the a")
 }
 
 func TestTailCutsAtACharacterBoundary(t *testing.T) {
@@ -25,6 +26,7 @@ func TestTailCutsAtACharacterBoundary(t *testing.T) {
 	tl.write("xé✓") // 1 + 2 + 3 bytes: the last 4 begin inside é
 	assert.Equal(t, "✓", tl.String())
 	assert.True(t, tl.truncated())
+	assert.Equal(t, int64(3), tl.start(), "the kept text starts after x and é")
 }
 
 func TestTailMemoryIsBounded(t *testing.T) {
@@ -35,4 +37,5 @@ func TestTailMemoryIsBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, cap(tl.buf), 4*1000, "memory stays near twice the tail")
 	assert.Equal(t, strings.Repeat("é", 500), tl.String())
+	assert.Equal(t, int64(10_000_000-1000), tl.start())
 }

@@ -311,8 +311,9 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	stopSignals()
 	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: isTerminal(os.Stderr)}
 	// The stack's options: with --encrypt, the starter encrypts the command
-	// and decrypts its result as the worker does.
-	code := starter.Main(context.Background(), starterArgs, stdio, s.ClientOptions(), started)
+	// and decrypts its result as the worker does. --wait-release: the stack
+	// stops when we return, so the run must have released its lease.
+	code := starter.Main(context.Background(), append([]string{"--wait-release"}, starterArgs...), stdio, s.ClientOptions(), started)
 	if runURL == "" {
 		return code
 	}

@@ -17,6 +17,13 @@ type Result struct {
 	// (invalid sequences become U+FFFD).
 	Stdout string `json:"stdout,omitempty"`
 	Stderr string `json:"stderr,omitempty"`
+	// StdoutStart and StderrStart are the offsets in each stream of the
+	// first byte of Stdout and of Stderr: how much output came before the
+	// tail kept (0 when the whole stream is kept). They count bytes of
+	// decoded text, as the Chunks delivered to an Observer hold it, so a
+	// tail joins exactly to the output an observer has shown already.
+	StdoutStart int64 `json:"stdoutStart,omitempty"`
+	StderrStart int64 `json:"stderrStart,omitempty"`
 	// Truncated is set when Stdout or Stderr holds only a tail of the
 	// stream, or when output was lost before it could be read.
 	Truncated bool `json:"truncated,omitempty"`

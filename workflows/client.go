@@ -1,7 +1,8 @@
 package workflows
 
-// This file is the Go client side of sessions, for ordinary Go code (a CLI,
-// a service) and for the UpdateSession activity: not workflow code.
+// This file is the Go client side of RunCommand's result and of sessions,
+// for ordinary Go code (a CLI, a service) and for the UpdateSession
+// activity: not workflow code.
 
 import (
 	"context"
@@ -13,6 +14,41 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
+
+// resultUpdateID is the id of every UpdateResult: the server keeps one
+// Update per id and run, so asking again, from any client, adds nothing to
+// the run's history.
+const resultUpdateID = "sandboxflow-result"
+
+// CommandResult returns the Result of the command that a RunCommand run
+// runs, as soon as the command has ended: the run may still be releasing
+// the lease (its DestroyedLeases are those destroyed so far). It waits for
+// the command as long as ctx allows. An empty runID means the workflow's
+// latest run.
+//
+//	run, _ := c.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, req)
+//	res, err := workflows.CommandResult(ctx, c, run.GetID(), run.GetRunID())
+//
+// An error means that there is no Result to give: the run failed or was
+// cancelled before the command ended (the error is that failure), or the
+// run could not be asked (it has closed already, or its worker predates
+// UpdateResult). Either way, the run's own result (client.GetWorkflow)
+// says how it ended.
+func CommandResult(ctx context.Context, c client.Client, workflowID, runID string) (Result, error) {
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   workflowID,
+		RunID:        runID,
+		UpdateID:     resultUpdateID,
+		UpdateName:   UpdateResult,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err = handle.Get(ctx, &res)
+	return res, err
+}
 
 // SessionClient drives a session from ordinary Go code (a CLI, a service):
 // each method sends one Update and waits for its outcome.

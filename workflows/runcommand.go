@@ -24,6 +24,10 @@ const WorkflowName = "sandboxflow.RunCommand"
 // SearchAttributeLeaseID and SearchAttributePhase only when it was started
 // with SearchAttributePhase set, which a starter can do only when the
 // namespace has them registered; otherwise it works without them.
+//
+// It answers UpdateResult with the command's Result as soon as the
+// command has ended, while it goes on releasing the lease (see
+// CommandResult); it ends only once every such Update is answered.
 func RunCommand(ctx workflow.Context, req Request) (Result, error) {
 	r := newRun(req, workflow.GetInfo(ctx).WorkflowExecution.RunID)
 	r.publisher.enabled = true
@@ -32,13 +36,45 @@ func RunCommand(ctx workflow.Context, req Request) (Result, error) {
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (State, error) { return r.state, nil }); err != nil {
 		return Result{}, err
 	}
-	return r.run(ctx)
+	var answer *resultAnswer // nil until the command's Result, or the run's failure, is known
+	r.resultKnown = func(res Result) { answer = &resultAnswer{result: res} }
+	if err := workflow.SetUpdateHandler(ctx, UpdateResult, func(ctx workflow.Context) (Result, error) {
+		// A cancelled run is answered too, with its outcome.
+		ctx, cancel := workflow.NewDisconnectedContext(ctx)
+		defer cancel()
+		if err := workflow.Await(ctx, func() bool { return answer != nil }); err != nil {
+			return Result{}, err
+		}
+		return answer.result, answer.err
+	}); err != nil {
+		return Result{}, err
+	}
+
+	res, err := r.run(ctx)
+	if answer == nil {
+		answer = &resultAnswer{err: err} // the run failed before the command ended
+	}
+	ctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	if werr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); werr != nil {
+		return Result{}, werr
+	}
+	return res, err
+}
+
+// resultAnswer is how RunCommand answers UpdateResult: the command's
+// Result, or the failure that ended the run before the command did.
+type resultAnswer struct {
+	result Result
+	err    error
 }
 
 // Run runs a command exactly as RunCommand does, but inline: from the
 // caller's own workflow code, its activities recorded in the caller's
-// history. It publishes no query, details or search attributes (the
-// workflow is the caller's), and may be called any number of times.
+// history. It publishes no query, details or search attributes and
+// answers no UpdateResult (the workflow is the caller's: its own result
+// comes when Run returns, after the release), and may be called any
+// number of times.
 func Run(ctx workflow.Context, req Request) (Result, error) {
 	var key string
 	// Each call needs its own run key, the same on every replay.
@@ -64,6 +100,9 @@ type run struct {
 	nextGeneration int
 	// compensation replaces the lease when it turns unusable.
 	compensation compensation
+	// resultKnown, if set, learns the command's Result as soon as the
+	// command has ended, before the lease is released.
+	resultKnown func(Result)
 }
 
 func newRun(req Request, runKey string) *run {
@@ -88,6 +127,15 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
 	}
 	result, err := r.runWithCompensation(ctx)
+	if err == nil {
+		result.LeaseID = r.state.LeaseID
+		result.FreshLeases = r.state.FreshLeases
+		if r.resultKnown != nil {
+			known := result
+			known.DestroyedLeases = slices.Clone(r.state.DestroyedLeases)
+			r.resultKnown(known)
+		}
+	}
 	if cleanupErr := r.release(ctx); err == nil {
 		err = cleanupErr
 	}
@@ -102,8 +150,6 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	result.LeaseID = r.state.LeaseID
-	result.FreshLeases = r.state.FreshLeases
 	result.DestroyedLeases = slices.Clone(r.state.DestroyedLeases)
 	return result, nil
 }

@@ -189,3 +189,41 @@ func (w *watchedBuffer) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+func TestStarterJoinsATruncatedResultToTheLiveOutputExactly(t *testing.T) {
+	s := stackOf(t)
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	// A worker whose Results keep only the last 2 KiB of each stream.
+	queue := "e2e-live-truncated"
+	provider, err := s.Provider(createos.Config{CaptureBytes: 2 << 10})
+	require.NoError(t, err)
+	w := worker.New(s.Client, queue, worker.Options{})
+	workflows.Register(w, provider)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	// 500 identical lines come live; then, once the starter has printed
+	// them, 100 more end the command. The Result's 2 KiB tail begins
+	// inside what was printed live, and since every line is the same, only
+	// its offset can say where.
+	const tick = "tick\n"
+	script := "for i in $(seq 500); do echo tick; done; while [ ! -e gate ]; do sleep 0.05; done; for i in $(seq 100); do echo tick; done"
+	out := &watchedBuffer{}
+	printedLive := out.when(strings.Repeat(tick, 500))
+	var errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- starter.Main(t.Context(), []string{"--task-queue", queue, "--", "sh", "-c", script},
+			starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
+			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
+	}()
+	select {
+	case <-printedLive:
+	case code := <-done:
+		t.Fatalf("the starter ended (%d) before printing 500 lines: %s", code, errOut.String())
+	}
+	openGate(t, s, "gate")
+	require.Equal(t, 0, <-done, errOut.String())
+	assert.Equal(t, strings.Repeat(tick, 600), out.String(), "each line once")
+	assert.Empty(t, errOut.String(), "nothing skipped")
+}

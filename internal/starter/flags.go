@@ -22,6 +22,9 @@ type options struct {
 	taskQueue  string
 	detach     bool
 	json       bool
+	// waitRelease waits for the run to release its lease before exiting,
+	// rather than exiting as soon as the command's Result is known.
+	waitRelease bool
 	// then are the commands to run after the first, in the same session:
 	// shell lines, each run as `sh -c LINE`. With any of them the starter
 	// opens a session instead of starting RunCommand.
@@ -155,6 +158,7 @@ func newFlagSet(o *options, env, secretEnv *keyValues, stdinPath, script *string
 	fs.IntVar(&o.request.MaxFreshLeases, "max-fresh-leases", 0, "compensations allowed (0: the default, 2; negative: none)")
 	fs.BoolVar(&o.detach, "detach", false, "print the workflow id and run id and exit without waiting")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object with the result on stdout (one line per command in a session)")
+	fs.BoolVar(&o.waitRelease, "wait-release", false, "exit only once the run has released its lease (a failed release then exits 125), not as soon as the command has ended (no effect with --detach)")
 	fs.Func("then", "run this shell `LINE` next, in the same session and workspace (repeatable)", func(line string) error {
 		o.then = append(o.then, line)
 		return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -28,17 +27,19 @@ const livePollInterval = 500 * time.Millisecond
 // once and in order.
 //
 //	p := newLivePrinter(stdio, dataConverter)
-//	p.poll(ctx, c, workflowID, runID) // while the workflow runs
-//	p.finish(result)                  // when it has ended
+//	p.poll(ctx, c, workflowID, runID) // while the command runs
+//	p.finish(result, leaseID)         // once its Result is known
 type livePrinter struct {
 	stdio IO
 	dc    converter.DataConverter
-	// activity is the Execute activity whose output is printed (workflow
-	// run and activity id); a new one means the command runs anew.
-	activity string
-	// ignore is an activity whose output an earlier printer printed.
+	// process is the process whose output is printed (processKey); a new
+	// one means the command runs anew.
+	process string
+	// ignore is a process whose output an earlier printer printed.
 	ignore string
 	out    [2]printedStream // stdout, stderr
+	// skipped is set once output was skipped (and a notice said so).
+	skipped bool
 	// beforePrint, if not nil, is called before live output is printed
 	// (to clear the progress line).
 	beforePrint func()
@@ -49,9 +50,6 @@ type printedStream struct {
 	w io.Writer
 	// upTo is the stream offset printed up to.
 	upTo int64
-	// tail is the end of what was printed, at most twice
-	// activities.LiveTailBytes, to join the final Result's tail to it.
-	tail string
 }
 
 func newLivePrinter(stdio IO, dc converter.DataConverter) *livePrinter {
@@ -60,6 +58,10 @@ func newLivePrinter(stdio IO, dc converter.DataConverter) *livePrinter {
 	}
 	return &livePrinter{stdio: stdio, dc: dc, out: [2]printedStream{{w: stdio.Stdout}, {w: stdio.Stderr}}}
 }
+
+// processKey names a process's output streams: process ids are the
+// server's, unique within a lease.
+func processKey(leaseID, processID string) string { return leaseID + "/" + processID }
 
 // poll asks Temporal once for the workflow's pending Execute activity and
 // prints the output its heartbeat carries that is not printed yet. runID
@@ -79,10 +81,10 @@ func (p *livePrinter) poll(ctx context.Context, c client.Client, workflowID, run
 			continue
 		}
 		var progress activities.ExecuteProgress
-		if p.dc.FromPayloads(pa.GetHeartbeatDetails(), &progress) != nil {
+		if p.dc.FromPayloads(pa.GetHeartbeatDetails(), &progress) != nil || progress.Process.ID == "" {
 			continue
 		}
-		key := resp.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/" + pa.GetActivityId()
+		key := processKey(progress.LeaseID, progress.Process.ID)
 		if key == p.ignore {
 			continue
 		}
@@ -96,90 +98,65 @@ func (p *livePrinter) poll(ctx context.Context, c client.Client, workflowID, run
 
 // adds reports whether show would print anything.
 func (p *livePrinter) adds(key string, progress activities.ExecuteProgress) bool {
-	if key != p.activity {
+	if key != p.process {
 		return progress.Stdout.End > 0 || progress.Stderr.End > 0
 	}
 	return progress.Stdout.End > p.out[0].upTo || progress.Stderr.End > p.out[1].upTo
 }
 
-// show prints what progress, recorded by the activity key, adds.
+// show prints what progress, recorded of the process key, adds.
 func (p *livePrinter) show(key string, progress activities.ExecuteProgress) bool {
-	if key != p.activity {
-		if p.activity != "" && (p.out[0].upTo > 0 || p.out[1].upTo > 0) {
-			fmt.Fprintln(p.stdio.Stderr, "[… the command runs anew; its output starts again]")
-		}
-		p.activity = key
-		p.out[0].upTo, p.out[0].tail = 0, ""
-		p.out[1].upTo, p.out[1].tail = 0, ""
-	}
-	a := p.out[0].live(progress.Stdout, p.stdio.Stderr)
-	b := p.out[1].live(progress.Stderr, p.stdio.Stderr)
+	p.follow(key)
+	a := p.print(0, progress.Stdout.Text, progress.Stdout.Start())
+	b := p.print(1, progress.Stderr.Text, progress.Stderr.Start())
 	return a || b
 }
 
-// live prints what tail adds to the stream, and a notice on notices when
-// it skips output that no heartbeat carried.
-func (s *printedStream) live(tail activities.OutputTail, notices io.Writer) bool {
-	if tail.End <= s.upTo {
+// follow makes key the process whose output is printed. When another
+// process's output was printed before, the command runs anew (a retry
+// started it again): a notice says so, and its output starts again.
+func (p *livePrinter) follow(key string) {
+	if key == p.process {
+		return
+	}
+	if p.process != "" && (p.out[0].upTo > 0 || p.out[1].upTo > 0) {
+		fmt.Fprintln(p.stdio.Stderr, "[… the command runs anew; its output starts again]")
+	}
+	p.process = key
+	p.out[0].upTo, p.out[1].upTo = 0, 0
+}
+
+// print prints what text, the part of stream i from offset start, adds
+// to what was printed, and a notice when it skips output that was not
+// seen. It reports whether it printed anything.
+func (p *livePrinter) print(i int, text string, start int64) bool {
+	s := &p.out[i]
+	end := start + int64(len(text))
+	if end <= s.upTo {
 		return false
 	}
-	text := tail.Text
-	if start := tail.Start(); start > s.upTo {
-		fmt.Fprintf(notices, "[… %d bytes skipped]\n", start-s.upTo)
+	if start > s.upTo {
+		fmt.Fprintf(p.stdio.Stderr, "[… %d bytes skipped]\n", start-s.upTo)
+		p.skipped = true
 	} else {
 		text = text[s.upTo-start:]
 	}
-	s.write(text)
-	s.upTo = tail.End
+	io.WriteString(s.w, text)
+	s.upTo = end
 	return true
 }
 
-func (s *printedStream) write(text string) {
-	io.WriteString(s.w, text)
-	s.tail += text
-	if keep := 2 * activities.LiveTailBytes; len(s.tail) > keep {
-		s.tail = s.tail[len(s.tail)-keep:]
+// finish prints what the command's final Result (of a process on lease
+// leaseID) holds of the output that was not printed live, and returns the
+// process it followed, for the next command's printer to ignore. The
+// Result says where each tail starts in its stream, so the join is exact.
+func (p *livePrinter) finish(res sandbox.Result, leaseID string) (followed string) {
+	if res.ProcessID != "" {
+		p.follow(processKey(leaseID, res.ProcessID))
 	}
-}
-
-// finish prints what the final Result holds of the output that was not
-// printed live, and returns the activity it followed, for the next
-// command's printer to ignore.
-func (p *livePrinter) finish(res sandbox.Result) (followed string) {
-	p.out[0].rest(res.Stdout, res.Truncated, p.stdio.Stderr)
-	p.out[1].rest(res.Stderr, res.Truncated, p.stdio.Stderr)
-	return p.activity
-}
-
-// rest prints the part of final, the end of the stream, that follows what
-// was printed. An untruncated final is the whole stream, so the offset
-// says where; a truncated one is joined where what was printed ends and
-// final begins alike (the longest such overlap), and when they do not
-// overlap the output between them is lost, which a notice says.
-func (s *printedStream) rest(final string, truncated bool, notices io.Writer) {
-	switch {
-	case s.upTo == 0:
-		s.write(final)
-	case !truncated && int64(len(final)) >= s.upTo:
-		s.write(final[s.upTo:])
-	default:
-		k := overlap(s.tail, final)
-		if k == 0 && final != "" {
-			fmt.Fprintln(notices, "[… output skipped]")
-		}
-		s.write(final[k:])
-	}
-}
-
-// overlap returns the length of the longest suffix of printed that is a
-// prefix of final.
-func overlap(printed, final string) int {
-	for k := min(len(printed), len(final)); k > 0; k-- {
-		if strings.HasSuffix(printed, final[:k]) {
-			return k
-		}
-	}
-	return 0
+	p.print(0, res.Stdout, res.StdoutStart)
+	p.print(1, res.Stderr, res.StderrStart)
+	return p.process
 }
 
 // follow polls the session's latest run for live's command until the

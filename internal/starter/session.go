@@ -55,7 +55,7 @@ func runSession(ctx context.Context, c client.Client, dc converter.DataConverter
 	}()
 
 	code := 0
-	followed := "" // the Execute activity of the command before
+	followed := "" // the process of the command before
 	for i, cmd := range opts.commands() {
 		var live *livePrinter
 		if !opts.json {
@@ -78,11 +78,11 @@ func runSession(ctx context.Context, c client.Client, dc converter.DataConverter
 		if res.WorkspaceReset {
 			fmt.Fprintf(stdio.Stderr, "starter: the session's lease was replaced before command %d: its workspace was reset\n", res.Seq)
 		}
-		if live != nil {
-			followed = live.activity
-		}
 		if code = printSessionResult(stdio, live, opts, sess.ID(), res); code != 0 {
 			break
+		}
+		if live != nil {
+			followed = live.process
 		}
 	}
 
@@ -99,7 +99,7 @@ func runSession(ctx context.Context, c client.Client, dc converter.DataConverter
 // exit code.
 func printSessionResult(stdio IO, live *livePrinter, opts options, sessionID string, res workflows.SessionResult) int {
 	if !opts.json {
-		return printResult(stdio, live, res.Result, fmt.Sprintf("command %d", res.Seq), opts.request.Command.Timeout)
+		return printResult(stdio, live, res.Result, res.LeaseID, fmt.Sprintf("command %d", res.Seq), opts.request.Command.Timeout)
 	}
 	line := jsonSessionResult{
 		jsonResult: newJSONResult(sessionID, "", res.Result, res.LeaseID, res.FreshLeases),

@@ -53,6 +53,14 @@ type Started func(workflowID, runID string)
 // Main runs the starter with args (without the program name) against the
 // Temporal service that temporalOptions describe, and returns the exit code:
 // the command's, or one of the Exit* codes.
+//
+// It prints the command's output and returns as soon as the command has
+// ended (RunCommand's result Update), giving the run releaseGrace to
+// release its lease; a run still releasing it then goes on alone, which a
+// line on stderr says, naming the workflow. The exit code is the
+// command's even if that release fails later. With --wait-release it
+// returns only once the run has ended, and a run that fails after its
+// command (its release failed) exits ExitRunFailed.
 func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.Options, started Started) int {
 	opts, err := parseArgs(args, stdio.Stdin)
 	if err != nil {
@@ -95,41 +103,75 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		return 0
 	}
 
-	live := newLivePrinter(stdio, temporalOptions.DataConverter)
-	if opts.json {
-		live = nil // --json prints one object, at the end
+	var live *livePrinter
+	if !opts.json { // --json prints one object, at the end
+		live = newLivePrinter(stdio, temporalOptions.DataConverter)
 	}
-	result, err := wait(ctx, c, run, stdio, live)
-	if err != nil {
-		if errors.Is(err, errInterrupted) {
-			fmt.Fprintln(stdio.Stderr, "starter: interrupted; the run was cancelled and its lease released")
-			return ExitInterrupted
+	printed := func(res workflows.Result) {
+		if live != nil {
+			printResult(stdio, live, res.Result, res.LeaseID, "the command", opts.request.Command.Timeout)
 		}
-		fmt.Fprintf(stdio.Stderr, "starter: run %s failed: %v\n", run.GetID(), describeFailure(err))
+	}
+	end := wait(ctx, c, run, stdio, live, printed, opts.waitRelease)
+	switch {
+	case !end.known && end.interrupted && end.ended:
+		fmt.Fprintln(stdio.Stderr, "starter: interrupted; the run was cancelled and its lease released")
+		return ExitInterrupted
+	case !end.known && end.interrupted:
+		fmt.Fprintf(stdio.Stderr, "starter: interrupted; run %s is cancelled and goes on releasing its lease\n", run.GetID())
+		return ExitInterrupted
+	case !end.known:
+		fmt.Fprintf(stdio.Stderr, "starter: run %s failed: %v\n", run.GetID(), describeFailure(end.err))
 		return ExitRunFailed
 	}
-	if opts.json {
-		if code := writeJSON(stdio, newJSONResult(run.GetID(), run.GetRunID(), result.Result, result.LeaseID, result.FreshLeases)); code != 0 {
-			return code
+	code := end.result.ShellExitCode()
+	switch {
+	case !end.ended:
+		// The command has ended; the run releases its lease without us.
+		fmt.Fprintf(stdio.Stderr, "starter: run %s goes on %s; --wait-release waits for that\n", run.GetID(), cleanup(opts.request, end.result.LeaseID))
+	case end.err != nil:
+		fmt.Fprintf(stdio.Stderr, "starter: run %s failed after the command ended: %v\n", run.GetID(), describeFailure(end.err))
+		if opts.waitRelease {
+			code = ExitRunFailed
 		}
-		return result.ShellExitCode()
 	}
-	return printResult(stdio, live, result.Result, "the command", opts.request.Command.Timeout)
+	if opts.json {
+		line := newJSONResult(run.GetID(), run.GetRunID(), end.result.Result, end.result.LeaseID, end.result.FreshLeases)
+		line.Releasing = !end.ended
+		if failed := writeJSON(stdio, line); failed != 0 {
+			return failed
+		}
+	}
+	if end.interrupted {
+		return ExitInterrupted
+	}
+	return code
+}
+
+// cleanup says what a run does after its command: release the lease, or,
+// when the request keeps it, only sweep the run's orphans.
+func cleanup(req workflows.Request, leaseID string) string {
+	if req.KeepLease {
+		return "sweeping orphan leases (lease " + leaseID + " is kept)"
+	}
+	return "releasing lease " + leaseID
 }
 
 // printResult prints a command's output (what live has not printed of it
-// yet) and how it ended, and returns its shell exit code. what names the
-// command in messages.
-func printResult(stdio IO, live *livePrinter, res sandbox.Result, what string, timeout time.Duration) int {
-	live.finish(res)
+// yet; the command ran on lease leaseID) and how it ended, and returns its
+// shell exit code. what names the command in messages.
+func printResult(stdio IO, live *livePrinter, res sandbox.Result, leaseID, what string, timeout time.Duration) int {
+	live.finish(res, leaseID)
 	switch {
 	case res.TimedOut:
 		fmt.Fprintf(stdio.Stderr, "starter: %s timed out after %s and was killed\n", what, timeout)
 	case res.Signal != "":
 		fmt.Fprintf(stdio.Stderr, "starter: %s was killed by %s\n", what, res.Signal)
 	}
-	if res.Truncated {
-		fmt.Fprintf(stdio.Stderr, "starter: output of %s truncated: only the end of each stream is shown\n", what)
+	if res.Truncated && !live.skipped && res.StdoutStart == 0 && res.StderrStart == 0 {
+		// Both tails are whole, yet output is missing: it was lost before
+		// it could be read (the printer names output it skipped itself).
+		fmt.Fprintf(stdio.Stderr, "starter: some output of %s was lost before it could be read\n", what)
 	}
 	return res.ShellExitCode()
 }
@@ -146,6 +188,9 @@ type jsonResult struct {
 	Truncated   bool   `json:"truncated"`
 	LeaseID     string `json:"leaseId,omitempty"`
 	FreshLeases int    `json:"freshLeases"`
+	// Releasing is set when the starter printed the result while the run
+	// was still releasing its lease (it did not wait: no --wait-release).
+	Releasing bool `json:"releasing,omitempty"`
 }
 
 func newJSONResult(workflowID, runID string, res sandbox.Result, leaseID string, freshLeases int) jsonResult {
@@ -165,13 +210,42 @@ func writeJSON(stdio IO, r any) int {
 	return 0
 }
 
-var errInterrupted = errors.New("interrupted")
+// releaseGrace is how long the starter waits, once the command's Result
+// is known, for the run to release its lease before it leaves the run to
+// finish alone and says so: long enough for a release that goes well, so
+// that a run normally ends with nothing left and nothing more said; short
+// enough that a release that keeps failing does not keep the caller.
+const releaseGrace = 2 * time.Second
 
-// wait waits for the run's result, showing progress if asked and the
-// command's output as it runs if live is not nil. An interrupt
-// (SIGINT) cancels the run and waits for it to release its lease; a second
-// one stops waiting.
-func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO, live *livePrinter) (workflows.Result, error) {
+// runEnd is where a run stood when the starter stopped waiting for it.
+type runEnd struct {
+	// result is the command's Result, when known.
+	result workflows.Result
+	known  bool
+	// err is the run's failure, if it ended failed: before the command's
+	// Result was known, or after it (its release failed).
+	err error
+	// ended is set when the run has ended: otherwise it goes on releasing
+	// its lease, or on being cancelled.
+	ended bool
+	// interrupted is set when the user interrupted the starter.
+	interrupted bool
+}
+
+// wait follows the run until the command's Result is known and then its
+// lease released (or, unless waitRelease, releaseGrace has passed). It
+// shows progress if asked and the command's output as it runs if live is
+// not nil, and calls printed with the command's Result as soon as it is
+// known: from RunCommand's result Update, or from the run's end when that
+// comes first.
+//
+// An interrupt (SIGINT) before the Result is known cancels the run and
+// waits for it to release its lease; a second one stops waiting. An
+// interrupt once the Result is known stops waiting.
+func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO, live *livePrinter,
+	printed func(workflows.Result), waitRelease bool) runEnd {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt)
 	defer signal.Stop(interrupts)
@@ -186,6 +260,13 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 		_, o.err = runresult.Get(ctx, c, run, &o.result)
 		done <- o
 	}()
+	results := make(chan workflows.Result, 1)
+	go func() {
+		// An error means no Result: the run's end says how it went.
+		if res, err := workflows.CommandResult(ctx, c, run.GetID(), run.GetRunID()); err == nil {
+			results <- res
+		}
+	}()
 
 	var ticks <-chan time.Time
 	if stdio.Progress || live != nil {
@@ -198,19 +279,38 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 	if live != nil {
 		live.beforePrint = progress.clear
 	}
-	interrupted := false
+	var end runEnd
+	known := func(res workflows.Result) {
+		end.result, end.known = res, true
+		progress.clear()
+		printed(res)
+		live = nil // printed to the end
+	}
+	var graceOver <-chan time.Time
 	for {
 		select {
 		case o := <-done:
-			if interrupted {
-				return o.result, errInterrupted
+			end.ended, end.err = true, o.err
+			if !end.known && o.err == nil && !end.interrupted {
+				known(o.result)
 			}
-			return o.result, o.err
+			return end
+		case res := <-results:
+			if end.interrupted {
+				continue // the run is being cancelled: its end tells
+			}
+			known(res)
+			if !waitRelease {
+				graceOver = time.After(releaseGrace)
+			}
+		case <-graceOver:
+			return end
 		case <-interrupts:
-			if interrupted {
-				return workflows.Result{}, errInterrupted
+			if end.known || end.interrupted {
+				end.interrupted = true
+				return end
 			}
-			interrupted = true
+			end.interrupted = true
 			progress.clear()
 			fmt.Fprintln(stdio.Stderr, "starter: cancelling the run (interrupt again to stop waiting)")
 			if err := c.CancelWorkflow(ctx, run.GetID(), run.GetRunID()); err != nil {

@@ -24,7 +24,7 @@ func TestParseArgsBuildsTheRequest(t *testing.T) {
 	o, err := parseArgs([]string{
 		"--cwd", "src", "--env", "A=1", "--env", "B=x=y", "--secret-env", "TOKEN=deploy",
 		"--stdin", stdinFile, "--timeout", "90s", "--shape", "s-1vcpu-1gb",
-		"--workflow-id", "wf-1", "--task-queue", "q", "--keep-lease", "--json",
+		"--workflow-id", "wf-1", "--task-queue", "q", "--keep-lease", "--json", "--wait-release",
 		"--", "make", "-j2", "--", "test",
 	}, nil)
 	require.NoError(t, err)
@@ -38,6 +38,7 @@ func TestParseArgsBuildsTheRequest(t *testing.T) {
 	assert.Equal(t, "wf-1", o.workflowID)
 	assert.Equal(t, "q", o.taskQueue)
 	assert.True(t, o.json)
+	assert.True(t, o.waitRelease)
 }
 
 func TestParseArgsReadsStdinFromDash(t *testing.T) {

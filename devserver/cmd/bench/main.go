@@ -14,8 +14,9 @@
 // Flags:
 //
 //	-quick            fewer, shorter runs (under a minute once built): for trying things out
-//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,micro (default all)
+//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,live,micro (default all)
 //	-runs N           P1, P5, P6 latency: rounds of each path (default 30)
+//	-live-runs N      live output: runs of each path, 10 lines each (default 5)
 //	-duration D       P2 throughput: time per concurrency and path (default 5s)
 //	-concurrency L    P2 throughput: concurrencies (default 1,10,50)
 //	-stream-mib N     P3 streaming: MiB of stdout (default 256)
@@ -66,11 +67,12 @@ const (
 )
 
 // allParts are the parts of the table, in its order.
-var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "micro"}
+var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "live", "micro"}
 
 type config struct {
 	parts        map[string]bool
 	runs         int
+	liveRuns     int
 	duration     time.Duration
 	concurrency  []int
 	streamMiB    int
@@ -100,6 +102,7 @@ func parseFlags(args []string) (config, error) {
 	only := fs.String("only", strings.Join(allParts, ","), "parts to run")
 	cfg := config{}
 	fs.IntVar(&cfg.runs, "runs", 30, "P1: rounds")
+	fs.IntVar(&cfg.liveRuns, "live-runs", 5, "live output: runs of each path")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "P2: time per concurrency and path")
 	concurrency := fs.String("concurrency", "1,10,50", "P2: concurrencies")
 	fs.IntVar(&cfg.streamMiB, "stream-mib", 256, "P3: MiB of stdout")
@@ -122,6 +125,9 @@ func parseFlags(args []string) (config, error) {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if !set["runs"] {
 			cfg.runs = 8
+		}
+		if !set["live-runs"] {
+			cfg.liveRuns = 2
 		}
 		if !set["duration"] {
 			cfg.duration = 2 * time.Second
@@ -155,7 +161,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-rss-mib: %w", err)
 	}
 	slices.Sort(cfg.rssMiB)
-	if cfg.runs < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
+	if cfg.runs < 1 || cfg.liveRuns < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
 		return cfg, errors.New("counts, sizes and durations must be positive")
 	}
 	return cfg, nil
@@ -229,7 +235,7 @@ func run(ctx context.Context, cfg config) int {
 	// up yet to be disturbed by it.
 	part("micro", func() ([]bench.Row, error) { return bench.MicroBenchmarks(ctx, moduleDir, cfg.benchtime) })
 
-	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] || cfg.parts["p6"] {
+	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] || cfg.parts["p6"] || cfg.parts["live"] {
 		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
 			e := bench.NewEnv(s.Client, benchQueue, provider, logf)
 			defer func() {
@@ -257,6 +263,7 @@ func run(ctx context.Context, cfg config) int {
 				api := bench.SandboxAPI{URL: s.SandboxURL, Key: s.SandboxAPIKey}
 				return bench.LeaseMachine(ctx, e, api, cfg.runs, cfg.forkRuns)
 			})
+			part("live", func() ([]bench.Row, error) { return bench.LiveOutput(ctx, e, s.ClientOptions(), cfg.liveRuns) })
 		}); err != nil {
 			logf("%v", err)
 			return 1

@@ -40,6 +40,9 @@ type scenario struct {
 	request workflows.Request
 	rule    *testsuite.Rule // a fault on the worker's way to the sandbox
 	cancel  bool            // cancel once the command runs
+	// askResult sends the result Update (workflows.CommandResult) as soon
+	// as the run has started.
+	askResult bool
 	// session, when set, records a SessionWorkflow instead, driven by it.
 	session func(context.Context, *workflows.SessionClient) error
 }
@@ -55,6 +58,12 @@ func scenarios() []scenario {
 			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Fault: testsuite.Status(502)}},
 		{name: "kept_lease", request: workflows.Request{Command: shell("true"), KeepLease: true}},
 		{name: "canceled", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}}}, cancel: true},
+		// The result Update is answered while the lease's DELETE fails
+		// twice; and a run that fails before its command answers it with
+		// its failure.
+		{name: "result_first", request: workflows.Request{Command: shell("echo hello; exit 3")}, askResult: true,
+			rule: &testsuite.Rule{Method: http.MethodDelete, Path: "/sandboxes/*", Times: 2, Fault: testsuite.Status(503)}},
+		{name: "result_of_failed_run", request: workflows.Request{Command: shell("true"), Lease: sandbox.LeaseSpec{Shape: "s-no-such-shape"}}, askResult: true},
 		// A session: a command, a second whose create response is lost
 		// (compensated on a fresh lease), a rejected one, pause, a third
 		// command that resumes the lease, close.
@@ -168,6 +177,9 @@ func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) er
 	run, err := s.Client.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, sc.request)
 	if err != nil {
 		return err
+	}
+	if sc.askResult {
+		_, _ = workflows.CommandResult(ctx, s.Client, run.GetID(), run.GetRunID()) // a failure is a scenario too
 	}
 	if sc.cancel {
 		if err := waitForAProcess(ctx, s); err != nil {

@@ -71,13 +71,46 @@ func check(ctx context.Context, cfg config) (err error) {
 	if err != nil {
 		return err
 	}
-	progress("screenshot of the timeline saved to %s (%d KB); done in %s", cfg.out, size/1024, since(started))
+	progress("screenshot of the timeline saved to %s (%d KB)", cfg.out, size/1024)
+
+	if err := checkLiveOutput(ctx, s, browser, cfg.encrypt); err != nil {
+		return err
+	}
+	progress("done in %s", since(started))
 
 	if cfg.linger {
 		progress("serving %s until Ctrl-C", pages.history)
 		<-serving.Done()
 	}
 	return nil
+}
+
+// checkLiveOutput checks that a running command's output, which only its
+// pending Execute's heartbeat carries, is on the run's pending-activities
+// page: decoded through the codec server when payloads are encrypted, and
+// not readable in the details the server holds.
+func checkLiveOutput(ctx context.Context, s *stack.Stack, browser chromium, encrypted bool) error {
+	m := newMarker()
+	live, err := startLive(ctx, s, m)
+	if err != nil {
+		return err
+	}
+	progress("run %s runs, and its Execute's heartbeat carries %q", live.workflowID, m.output)
+	if err := checkStoredHeartbeat(ctx, s, live, m, encrypted); err != nil {
+		return err
+	}
+	proxy, err := newSettleProxy(s.Temporal.UIURL(), s.CodecURL)
+	if err != nil {
+		return err
+	}
+	defer proxy.Close()
+	page := proxy.page(pendingActivitiesPage(s, live.workflowID, live.runID))
+	want := []string{live.workflowID, activities.NameExecute, m.output}
+	if err := checkPageShows(ctx, browser, page, want); err != nil {
+		return err
+	}
+	progress("%s shows %s while the command runs", page, strings.Join(quoteAll(want), ", "))
+	return finishLive(ctx, s, live, m)
 }
 
 // bootStack starts the stack the check needs: a fault proxy in front of

@@ -1,7 +1,9 @@
 // Command webuicheck is the browser check of the embedded Temporal Web UI:
 // it boots the development stack, makes one RunCommand run compensate,
 // opens that run's pages in headless Chromium, checks that the rendered
-// pages really show the run, and saves a screenshot of its timeline.
+// pages really show the run, and saves a screenshot of its timeline. Then
+// it checks that a running command's live output shows on its run's
+// pending-activities page.
 //
 //	cd devserver && go run ./cmd/webuicheck -out ../docs/webui-compensated.png
 //
@@ -30,6 +32,13 @@
 //     command, so it is in the run's result only: the page can show it
 //     only once the UI has read the result and, encrypted, had the codec
 //     server decrypt it.
+//
+// The live-output check runs a command that prints a computed word and
+// then waits (for a file the check creates at the end): while it waits,
+// the word is in its pending Execute's heartbeat details only. The check
+// fails when those details, as the server holds them, show the word in
+// plain text although payloads are encrypted, or when the rendered
+// pending-activities page does not show the word.
 //
 // Chromium runs once per page load, with flags only (--dump-dom,
 // --screenshot, --virtual-time-budget), a new empty profile each time and
