@@ -70,10 +70,20 @@ func stackOf(t *testing.T) *stack.Stack {
 func runStarter(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = starter.Main(t.Context(), args, starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
+	code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
 		client.Options{HostPort: stackOf(t).Temporal.FrontendHostPort(), Namespace: stackOf(t).Temporal.Namespace()}, nil)
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	return code, out.String(), errOut.String()
+}
+
+// waitingForRelease makes the starter wait for the run's release before it
+// exits (--wait-release), as `devserver run` does: these tests check that
+// nothing leaked as soon as it returns, and that its stderr holds only the
+// command's. Without it a release slower than the starter's grace period
+// (a loaded CI machine) adds a "goes on releasing" line and a live lease.
+// devserver/reliability/result_test.go tests the starter without it.
+func waitingForRelease(args []string) []string {
+	return append([]string{"--wait-release"}, args...)
 }
 
 // assertNothingLeaked checks the sandbox side: no lease left, no process

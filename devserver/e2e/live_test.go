@@ -107,7 +107,7 @@ func runGatedStarter(t *testing.T, gates []gate, args ...string) (code int, stdo
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = starter.Main(t.Context(), args, starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
+		code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
 			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
 	}()
 	t.Cleanup(func() { <-done }) // t.Context() has ended, so the starter returns
@@ -213,7 +213,7 @@ func TestStarterJoinsATruncatedResultToTheLiveOutputExactly(t *testing.T) {
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- starter.Main(t.Context(), []string{"--task-queue", queue, "--", "sh", "-c", script},
+		done <- starter.Main(t.Context(), waitingForRelease([]string{"--task-queue", queue, "--", "sh", "-c", script}),
 			starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
 			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
 	}()

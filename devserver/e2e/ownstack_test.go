@@ -51,7 +51,7 @@ func runStarterOn(t *testing.T, s *stack.Stack, stdin string, args ...string) (c
 	t.Helper()
 	var out, errOut bytes.Buffer
 	started := func(wf, run string) { workflowID, runID = wf, run }
-	code = starter.Main(t.Context(), args, starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
+	code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
 		s.ClientOptions(), started)
 	return code, out.String(), errOut.String(), workflowID, runID
 }
