@@ -72,6 +72,9 @@ type leaseNet struct {
 type netSpec struct {
 	egress  egressSet
 	ingress bool
+	// dropped counts the distinct rules asked for that the server's policy
+	// left out of egress.
+	dropped int
 }
 
 // networkDefaults checks the network options (called by withDefaults).
@@ -121,13 +124,27 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 	if err != nil {
 		return netSpec{}, err
 	}
-	return netSpec{egress: set, ingress: ingress}, nil
+	spec := netSpec{egress: set, ingress: ingress}
+	if !set.all {
+		asked := map[string]bool{}
+		for _, r := range egress {
+			asked[r] = true
+		}
+		spec.dropped = len(asked) - len(set.rules)
+	}
+	return spec, nil
 }
 
 // newLeaseNet makes the network namespace of a lease (nil when the server
 // cannot: the init then makes its own), with loopback up, the egress
 // table in place and, unless egress is off, slirp4netns attached.
 func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
+	if spec.dropped > 0 {
+		// The view says what is in force; the operator learns here why a
+		// lease has less than it asked. Counts only: a rule names a host.
+		s.log.Warn("egress rules dropped by the server's policy", "sandbox", l.id, "policy", s.opts.Egress,
+			"dropped", spec.dropped, "in_force", len(spec.egress.rules))
+	}
 	if !s.networkAvailable() {
 		return nil, nil
 	}
@@ -261,7 +278,7 @@ func (n *leaseNet) startSlirp(s *Server) error {
 	}
 	cmd.Process.Kill()
 	<-n.slirpDone
-	return fmt.Errorf("slirp4netns did not get ready: %s", strings.TrimSpace(lastLine(stderr.String()))) // slirp4netns is reaped: nothing writes stderr
+	return fmt.Errorf("slirp4netns did not get ready: %s", strings.TrimSpace(lastLine(stderr.String())))
 }
 
 // setEgress replaces the egress in force.
@@ -468,6 +485,12 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		b.buf.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func lastLine(s string) string {
