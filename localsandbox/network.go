@@ -66,6 +66,10 @@ type leaseNet struct {
 	egress           egressSet
 	ingress          bool
 	ingressTransport *http.Transport // made on the first preview request
+
+	// ingressInFlight counts the lease's preview requests being proxied;
+	// guarded by Server.ingress.mu (ingress.go).
+	ingressInFlight int
 }
 
 // netSpec is what a create asks of the network.
@@ -88,6 +92,15 @@ func (o *Options) networkDefaults() error {
 	}
 	if o.IngressDomain == "" {
 		o.IngressDomain = "localhost"
+	}
+	if o.MaxIngressRequests < 0 || o.MaxIngressRequestsPerLease < 0 {
+		return errors.New("localsandbox: ingress limits must not be negative")
+	}
+	if o.MaxIngressRequests == 0 {
+		o.MaxIngressRequests = max(1, o.MaxConnectionsPerAddress/2)
+	}
+	if o.MaxIngressRequestsPerLease == 0 {
+		o.MaxIngressRequestsPerLease = min(DefaultMaxIngressRequestsPerLease, o.MaxIngressRequests)
 	}
 	o.IngressDomain = strings.ToLower(strings.TrimSuffix(o.IngressDomain, "."))
 	if !validHostName(o.IngressDomain) {

@@ -138,6 +138,14 @@ type Options struct {
 	// IngressPublic serves preview URLs (which carry no key) on listeners
 	// off loopback too.
 	IngressPublic bool
+	// MaxIngressRequests caps the preview requests proxied at once (an
+	// open WebSocket counts until it closes), MaxIngressRequestsPerLease
+	// those to one lease; past a cap a preview request is answered 503
+	// with Retry-After. Defaults: half of MaxConnectionsPerAddress, so that
+	// preview traffic, which comes from loopback as API clients do, leaves
+	// them room; per lease 64, at most MaxIngressRequests.
+	MaxIngressRequests         int
+	MaxIngressRequestsPerLease int
 }
 
 // Defaults of Options.
@@ -162,6 +170,8 @@ const (
 const (
 	DefaultMaxConnections  = 1024
 	DefaultBodyReadTimeout = 2 * time.Minute
+
+	DefaultMaxIngressRequestsPerLease = 64
 )
 
 // DefaultRoot is the workspace directory a server uses when Options.Root is

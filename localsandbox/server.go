@@ -50,7 +50,7 @@ type Server struct {
 	servers     map[*http.Server]struct{}
 	shutdown    bool
 
-	preview previewPort // the port preview URLs name (ingress.go)
+	ingress ingressState // preview URLs: their port, the requests in flight (ingress.go)
 }
 
 // Files and directories under Options.Root.
