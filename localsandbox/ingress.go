@@ -69,6 +69,7 @@ func parsePreviewHost(host, domain string) (port int, id string, ok bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
+	host = strings.TrimSuffix(host, ".") // the same name, fully qualified
 	label, found := strings.CutSuffix(strings.ToLower(host), "."+domain)
 	if !found {
 		return 0, "", false

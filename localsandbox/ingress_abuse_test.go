@@ -275,3 +275,71 @@ func TestIngressSlowBody(t *testing.T) {
 	assertClosed(t, c, br)
 	ts.waitInFlight(sb.ID, 0)
 }
+
+// Host headers that try to reach what they should not: another lease (one
+// without ingress), a port out of range or written otherwise, the domain in
+// other cases, an IDN look-alike, a trailing dot, an absolute URI naming
+// another host. None reaches a lease it does not name with ingress on, and
+// anything that is not exactly a preview host is an API request (which
+// needs the key).
+func TestIngressHostTricks(t *testing.T) {
+	needRoot(t)
+	ts := startServer(t, Options{})
+	a := ts.createWith(map[string]any{"ingress_enabled": true})
+	b := ts.createWith(nil)
+	for lease, who := range map[string]string{a.ID: "A", b.ID: "B"} {
+		if status := ts.putFile(lease, "/workspace/site/who", who); status != http.StatusOK {
+			t.Fatalf("upload: %d", status)
+		}
+		ts.startProcess(lease, "cd /workspace/site && exec python3 -m http.server 8000 --bind 0.0.0.0")
+		ts.waitListening(lease, 8000)
+	}
+	addr := serverAddr(t, ts).String()
+	_, port, _ := net.SplitHostPort(addr)
+	upper := strings.ToUpper(a.ID)
+	for _, c := range []struct {
+		host   string
+		target string // the request target; default /who
+		status int
+		body   string
+	}{
+		{host: "8000-" + a.ID + ".localhost:" + port, status: 200, body: "A"},
+		{host: "8000-" + upper + ".LOCALHOST:" + port, status: 200, body: "A"},
+		{host: "8000-" + a.ID + ".localhost", status: 200, body: "A"},          // no port
+		{host: "8000-" + a.ID + ".localhost:1", status: 200, body: "A"},        // another port: the listener decides
+		{host: "8000-" + a.ID + ".localhost.:" + port, status: 200, body: "A"}, // the same name, fully qualified
+		{host: "8000-" + b.ID + ".localhost:" + port, status: 403},             // no ingress
+		{host: "8000-" + a.ID + "-" + b.ID + ".localhost", status: 404},
+		{host: "8000-" + a.ID + "." + b.ID + ".localhost", status: 401},
+		{host: "8000-" + a.ID + ".localhost..", status: 401},
+		{host: "8000-" + a.ID + ".localhost.example", status: 401},
+		{host: "x.8000-" + a.ID + ".localhost", status: 401},
+		{host: "0-" + a.ID + ".localhost", status: 401},
+		{host: "65536-" + a.ID + ".localhost", status: 401},
+		{host: "08000-" + a.ID + ".localhost", status: 401},
+		{host: "+8000-" + a.ID + ".localhost", status: 401},
+		{host: "0x1f40-" + a.ID + ".localhost", status: 401},
+		{host: "8000-" + a.ID + ".xn--localhst-9za", status: 401},
+		{host: "8000-" + a.ID + ".locaⅼhost", status: 400},     // U+217C, not an l: not a valid Host
+		{host: "8000-" + a.ID + ".localhost\x00", status: 400}, // nor a NUL
+		// An absolute URI names the host; the Host header is ignored.
+		{host: "8000-" + a.ID + ".localhost", target: "http://8000-" + b.ID + ".localhost/who", status: 403},
+		{host: "8000-" + a.ID + ".localhost", target: "http://" + addr + "/v1/sandboxes", status: 401},
+	} {
+		target := c.target
+		if target == "" {
+			target = "/who"
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, c.host)
+		conn.SetReadDeadline(time.Now().Add(hangGuard))
+		resp, body := readAnswer(t, bufio.NewReader(conn), c.host)
+		conn.Close()
+		if resp.StatusCode != c.status || (c.body != "" && body != c.body) || (c.body == "" && (body == "A" || body == "B")) {
+			t.Errorf("Host %q, %s: %d %.80q, want %d %q", c.host, target, resp.StatusCode, body, c.status, c.body)
+		}
+	}
+}

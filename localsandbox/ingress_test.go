@@ -210,6 +210,8 @@ func TestPreviewHostParsing(t *testing.T) {
 		{"8000-sb-0123.localhost:7575", 8000, "sb-0123", true},
 		{"8000-SB-0123.LOCALHOST", 8000, "sb-0123", true},
 		{"65535-sb-1.localhost", 65535, "sb-1", true},
+		{"8000-sb-1.localhost.:7575", 8000, "sb-1", true},
+		{"8000-sb-1.localhost..", 0, "", false},
 		{"0-sb-1.localhost", 0, "", false},
 		{"65536-sb-1.localhost", 0, "", false},
 		{"080-sb-1.localhost", 0, "", false},
