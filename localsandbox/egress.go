@@ -239,8 +239,8 @@ const (
 var slirpDNS = netip.MustParseAddr("10.0.2.3")
 
 // applyEgress replaces the egress table of the network namespace netns
-// with set, in one transaction.
-func applyEgress(netns int, set egressSet) error {
+// with set, and a cap of maxFlows flows, in one transaction.
+func applyEgress(netns int, set egressSet, maxFlows int) error {
 	c, err := nftables.New(nftables.WithNetNSFd(netns))
 	if err != nil {
 		return fmt.Errorf("egress rules: %w", err)
@@ -268,6 +268,14 @@ func applyEgress(netns int, set egressSet) error {
 			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED),
 			Xor:  make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)}, accept)
+	// A new flow past the cap is refused: conntrack counts the namespace's
+	// flows (a closed TCP connection drops out at once, UDP when it times
+	// out). Each is a socket of slirp4netns on the host.
+	over := &expr.Connlimit{Count: uint32(maxFlows), Flags: expr.NFT_CONNLIMIT_F_INV}
+	add(over, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
+	add(over, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
 	switch {
 	case set.all:
 		add(accept)

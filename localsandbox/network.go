@@ -62,6 +62,8 @@ type leaseNet struct {
 	slirpExit *os.File      // closing it ends slirp4netns
 	slirpDone chan struct{} // closed once slirp4netns was reaped
 
+	maxFlows int // the egress table's cap on the lease's flows
+
 	mu               sync.Mutex
 	egress           egressSet
 	ingress          bool
@@ -71,6 +73,10 @@ type leaseNet struct {
 	// guarded by Server.ingress.mu (ingress.go).
 	ingressInFlight int
 }
+
+// slirpOwnFiles are the descriptors slirp4netns may hold beside the sockets
+// of its flows (its TAP device, pipes, namespaces, resolver).
+const slirpOwnFiles = 64
 
 // netSpec is what a create asks of the network.
 type netSpec struct {
@@ -93,8 +99,11 @@ func (o *Options) networkDefaults() error {
 	if o.IngressDomain == "" {
 		o.IngressDomain = "localhost"
 	}
-	if o.MaxIngressRequests < 0 || o.MaxIngressRequestsPerLease < 0 {
-		return errors.New("localsandbox: ingress limits must not be negative")
+	if o.MaxIngressRequests < 0 || o.MaxIngressRequestsPerLease < 0 || o.MaxEgressConnections < 0 {
+		return errors.New("localsandbox: network limits must not be negative")
+	}
+	if o.MaxEgressConnections == 0 {
+		o.MaxEgressConnections = DefaultMaxEgressConnections
 	}
 	if o.MaxIngressRequests == 0 {
 		o.MaxIngressRequests = max(1, o.MaxConnectionsPerAddress/2)
@@ -165,7 +174,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the lease's network namespace: %w", err)
 	}
-	n := &leaseNet{netns: ns, egress: spec.egress, ingress: spec.ingress}
+	n := &leaseNet{netns: ns, egress: spec.egress, ingress: spec.ingress, maxFlows: s.opts.MaxEgressConnections}
 	defer func() {
 		if err != nil {
 			n.close()
@@ -178,7 +187,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 		return n, nil
 	}
 	// The table first: no packet leaves before the rules are in force.
-	if err := applyEgress(int(ns.Fd()), spec.egress); err != nil {
+	if err := applyEgress(int(ns.Fd()), spec.egress, n.maxFlows); err != nil {
 		return nil, err
 	}
 	if err := n.startSlirp(s); err != nil {
@@ -274,6 +283,15 @@ func (n *leaseNet) startSlirp(s *Server) error {
 		cmd.Wait()
 		close(n.slirpDone)
 	}()
+	// Its descriptors bounded just above the lease's flows (the egress
+	// table caps those), not the server's limit: each flow is a socket of
+	// slirp4netns on the host. Nothing of the lease runs yet.
+	files := uint64(n.maxFlows + slirpOwnFiles)
+	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: files, Max: files}, nil); err != nil {
+		cmd.Process.Kill()
+		<-n.slirpDone
+		return fmt.Errorf("limiting slirp4netns's descriptors: %w", err)
+	}
 	ready := make(chan error, 1)
 	go func() {
 		var b [1]byte
@@ -299,7 +317,7 @@ func (n *leaseNet) setEgress(set egressSet) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.slirp != nil {
-		if err := applyEgress(int(n.netns.Fd()), set); err != nil {
+		if err := applyEgress(int(n.netns.Fd()), set, n.maxFlows); err != nil {
 			return err
 		}
 	}

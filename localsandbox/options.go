@@ -146,6 +146,10 @@ type Options struct {
 	// them room; per lease 64, at most MaxIngressRequests.
 	MaxIngressRequests         int
 	MaxIngressRequestsPerLease int
+	// MaxEgressConnections caps the outward flows (TCP connections, UDP
+	// flows) a lease with egress holds at once; past it a new one is
+	// refused, by the kernel. Default 1024.
+	MaxEgressConnections int
 }
 
 // Defaults of Options.
@@ -172,6 +176,7 @@ const (
 	DefaultBodyReadTimeout = 2 * time.Minute
 
 	DefaultMaxIngressRequestsPerLease = 64
+	DefaultMaxEgressConnections       = 1024
 )
 
 // DefaultRoot is the workspace directory a server uses when Options.Root is
