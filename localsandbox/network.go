@@ -159,8 +159,9 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 
 // newLeaseNet makes the network namespace of a lease (nil when the server
 // cannot: the init then makes its own), with loopback up, the egress
-// table in place and, unless egress is off, slirp4netns attached.
-func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
+// table in place and, unless egress is off, slirp4netns attached and in
+// the lease's cgroup cg (when it has one).
+func (s *Server) newLeaseNet(l *lease, spec netSpec, cg leaseCgroup) (_ *leaseNet, err error) {
 	if spec.dropped > 0 {
 		// The view says what is in force; the operator learns here why a
 		// lease has less than it asked. Counts only: a rule names a host.
@@ -190,7 +191,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 	if err := applyEgress(int(ns.Fd()), spec.egress, n.maxFlows); err != nil {
 		return nil, err
 	}
-	if err := n.startSlirp(s); err != nil {
+	if err := n.startSlirp(s, cg); err != nil {
 		return nil, err
 	}
 	if err := s.writeResolvConf(l); err != nil {
@@ -243,9 +244,9 @@ func (s *Server) writeResolvConf(l *lease) error {
 	return l.chown(path)
 }
 
-// startSlirp attaches slirp4netns to the namespace and waits until it has
-// configured tap0.
-func (n *leaseNet) startSlirp(s *Server) error {
+// startSlirp attaches slirp4netns to the namespace, in the lease's cgroup
+// cg, and waits until it has configured tap0.
+func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -291,6 +292,17 @@ func (n *leaseNet) startSlirp(s *Server) error {
 		cmd.Process.Kill()
 		<-n.slirpDone
 		return fmt.Errorf("limiting slirp4netns's descriptors: %w", err)
+	}
+	// The lease's traffic costs slirp4netns several times the CPU it costs
+	// the lease (a user-space TCP stack): in the lease's cgroup, that CPU
+	// and memory count against the lease's shape, not the host's spare
+	// cores, and pausing the lease freezes its network too.
+	if cg != nil {
+		if err := cg.addProc(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			<-n.slirpDone
+			return fmt.Errorf("slirp4netns into the lease's cgroup: %w", err)
+		}
 	}
 	ready := make(chan error, 1)
 	go func() {
