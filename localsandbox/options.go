@@ -71,6 +71,11 @@ type Options struct {
 	// DefaultDiskMiB is the disk of a sandbox created without disk_mib.
 	// Default 4096.
 	DefaultDiskMiB int
+	// DiskBudgetMiB bounds the disks of all live sandboxes together (their
+	// disk_mib): past it a create or fork is refused with 503. Default 0:
+	// no budget; disks are sparse, and only the room the host's file system
+	// has is checked (disk.go).
+	DiskBudgetMiB int
 	// RequireLimits makes New fail unless the kernel enforces every limit
 	// of a shape (memory, processes, CPU, pause by freezing, disk) for each
 	// lease. Without it a server that cannot says so in its log and in
@@ -275,6 +280,9 @@ func (o Options) withDefaults() (Options, error) {
 		if err := positive(f.v, f.def, f.name); err != nil {
 			return o, err
 		}
+	}
+	if o.DiskBudgetMiB < 0 {
+		return o, fmt.Errorf("localsandbox: DiskBudgetMiB must not be negative")
 	}
 	if o.JournalBytes < maxChunk {
 		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", maxChunk)

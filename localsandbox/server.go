@@ -33,8 +33,9 @@ type Server struct {
 	lock      *os.File
 	handler   http.Handler
 	history   *history
-	limiter   *limiter // the leases' cgroups; set after the isolation probe
-	diskErr   error    // why leases' disks are not bounded (nil: they are)
+	limiter   *limiter   // the leases' cgroups; set after the isolation probe
+	diskErr   error      // why leases' disks are not bounded (nil: they are)
+	disks     diskBudget // Options.DiskBudgetMiB and what the leases' disks hold (disk.go)
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -79,6 +80,7 @@ func New(opts Options) (*Server, error) {
 		leases:      make(map[string]*lease),
 		idempotency: make(map[string]*idempotentCreate),
 		servers:     make(map[*http.Server]struct{}),
+		disks:       diskBudget{bytes: int64(opts.DiskBudgetMiB) * mib},
 	}
 	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*idsPerLease >= 1<<32-1 {
 		return nil, fmt.Errorf("localsandbox: HostIDBase %d leaves no room for the id ranges of %d sandboxes", opts.HostIDBase, 2*opts.MaxLeases)
