@@ -182,6 +182,11 @@ func (s *Server) admitIngress(n *leaseNet, id string) (release func(), _ *apiErr
 // ingressDialTimeout bounds a connect to a port in the lease.
 const ingressDialTimeout = 5 * time.Second
 
+// maxIdlePerLease bounds the connections into a lease kept open for its
+// next preview requests (four a port at most): without it, a client
+// asking each port in turn made the server hold one per port.
+const maxIdlePerLease = 16
+
 // proxy returns the reverse proxy of the request in to 127.0.0.1:port in
 // the lease.
 func (n *leaseNet) proxy(in *http.Request, port int) http.Handler {
@@ -214,6 +219,7 @@ func (n *leaseNet) transport() *http.Transport {
 	if n.ingressTransport == nil {
 		n.ingressTransport = &http.Transport{
 			DialContext:           n.dial,
+			MaxIdleConns:          maxIdlePerLease,
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       30 * time.Second,
 			ResponseHeaderTimeout: 0, // a server inside may think as long as it likes

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -341,5 +342,72 @@ func TestIngressHostTricks(t *testing.T) {
 		if resp.StatusCode != c.status || (c.body != "" && body != c.body) || (c.body == "" && (body == "A" || body == "B")) {
 			t.Errorf("Host %q, %s: %d %.80q, want %d %q", c.host, target, resp.StatusCode, body, c.status, c.body)
 		}
+	}
+}
+
+// manyPortsServer answers every request on ports 9000 to 9000+n-1 with
+// "ok", keeping connections open between requests.
+const manyPortsServer = `
+import asyncio, sys
+async def handle(r, w):
+    try:
+        while True:
+            await r.readuntil(b"\r\n\r\n")
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await w.drain()
+    except Exception:
+        w.close()
+async def main():
+    for p in range(9000, 9000 + int(sys.argv[1])):
+        await asyncio.start_server(handle, "0.0.0.0", p)
+    await asyncio.Event().wait()
+asyncio.run(main())
+`
+
+// leaseConnections counts the established TCP connections inside the
+// lease whose local port is in [from, from+n): those its servers accepted.
+func (ts *testServer) leaseConnections(lease string, from, n int) int {
+	ts.t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", ts.leaseInit(lease)))
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	count := 0
+	for _, line := range strings.Split(string(raw), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "01" { // 01: established
+			continue
+		}
+		if p := procAddr(ts.t.(*testing.T), f[1]).Port; p >= from && p < from+n {
+			count++
+		}
+	}
+	return count
+}
+
+// The proxy keeps connections into a lease open for the next request.
+// Before, it kept one per port asked, up to four each, for 30 s: a client
+// asking each of the ports a lease listens on in turn (one at a time, so
+// no cap on requests in flight applies) made the server hold a descriptor
+// per port, 100 here, 65,535 a lease at most. Now it keeps at most
+// maxIdlePerLease per lease.
+func TestIngressIdleConnectionsAreBounded(t *testing.T) {
+	needRoot(t)
+	const ports = 100
+	ts := startServer(t, Options{})
+	sb := ts.createWith(map[string]any{"ingress_enabled": true})
+	if status := ts.putFile(sb.ID, "/workspace/ports.py", manyPortsServer); status != http.StatusOK {
+		t.Fatalf("upload: %d", status)
+	}
+	ts.startProcess(sb.ID, fmt.Sprintf("exec python3 /workspace/ports.py %d", ports))
+	ts.waitListening(sb.ID, 9000+ports-1)
+	for p := 9000; p < 9000+ports; p++ {
+		_, br := ts.previewConn(sb.ID, p, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n")
+		if resp, body := readAnswer(t, br, fmt.Sprintf("port %d", p)); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("port %d: %d %q", p, resp.StatusCode, body)
+		}
+	}
+	if n := ts.leaseConnections(sb.ID, 9000, ports); n > maxIdlePerLease {
+		t.Errorf("the server holds %d connections into the lease after %d requests, one at a time; want at most %d", n, ports, maxIdlePerLease)
 	}
 }
