@@ -33,8 +33,12 @@ type leaseDisk struct {
 	image string // the image file
 	mount string // where it is mounted: the lease directory
 	size  int64  // its size in bytes, held in the server's disk budget
-	// budget is the budget that holds size until remove (nil: none).
-	budget *diskBudget
+
+	// mu orders usage and remove: once the disk is unmounted, its mount
+	// point is a directory of the host's file system.
+	mu      sync.Mutex
+	removed bool
+	budget  *diskBudget // holds size until remove (nil: none)
 }
 
 // The host's disk.
@@ -129,8 +133,13 @@ func (s *Server) checkRoom() error {
 
 // usage returns what the lease's file system holds (used) and what its
 // image holds on the host (written); used is ahead while the kernel has
-// not written it back yet.
+// not written it back yet. A removed disk holds nothing.
 func (d *leaseDisk) usage() (used, written int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removed {
+		return 0, 0
+	}
 	var st unix.Statfs_t
 	if unix.Statfs(d.mount, &st) == nil {
 		used = int64(st.Blocks-st.Bfree) * st.Bsize
@@ -254,6 +263,9 @@ func openLoop(n int, nodes string) (int, error) {
 // remove unmounts the disk (the loop device clears itself), deletes its
 // image and gives its size back to the budget; again, it does nothing.
 func (d *leaseDisk) remove() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.removed = true
 	if err := unix.Unmount(d.mount, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 		return fmt.Errorf("unmounting the lease's disk: %w", err)
 	}
