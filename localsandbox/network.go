@@ -321,7 +321,7 @@ func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
 	}
 	cmd.Process.Kill()
 	<-n.slirpDone
-	return fmt.Errorf("slirp4netns did not get ready: %s", strings.TrimSpace(lastLine(stderr.String())))
+	return fmt.Errorf("slirp4netns did not get ready: %s", strings.TrimSpace(lastLine(stderr.String()))) // slirp4netns is reaped: nothing writes stderr
 }
 
 // setEgress replaces the egress in force.
