@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func (ts *testServer) startInLease(lease, path, program string, port int) {
 // path with the preview Host of port in lease; the answer is not read.
 func (ts *testServer) previewConn(lease string, port int, request string) (net.Conn, *bufio.Reader) {
 	ts.t.Helper()
-	addr := serverAddr(ts.t.(*testing.T), ts).String()
+	addr := ts.addr()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		ts.t.Fatal(err)
@@ -378,7 +379,8 @@ func (ts *testServer) leaseConnections(lease string, from, n int) int {
 		if len(f) < 4 || f[3] != "01" { // 01: established
 			continue
 		}
-		if p := procAddr(ts.t.(*testing.T), f[1]).Port; p >= from && p < from+n {
+		_, hexPort, _ := strings.Cut(f[1], ":")
+		if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil && int(p) >= from && int(p) < from+n {
 			count++
 		}
 	}
