@@ -40,8 +40,8 @@ func (ts *testServer) startInLease(lease, path, program string, port int) {
 	ts.waitListening(lease, port)
 }
 
-// previewConn opens a connection to the server and sends a request for
-// path with the preview Host of port in lease; the answer is not read.
+// previewConn opens a connection to the server and sends request, a format
+// whose %s is the preview Host of port in lease; the answer is not read.
 func (ts *testServer) previewConn(lease string, port int, request string) (net.Conn, *bufio.Reader) {
 	ts.t.Helper()
 	addr := ts.addr()
@@ -57,7 +57,7 @@ func (ts *testServer) previewConn(lease string, port int, request string) (net.C
 	return c, bufio.NewReader(c)
 }
 
-// readAnswer reads an answer on c and returns it with its body read.
+// readAnswer reads an answer from br and returns it with its body.
 func readAnswer(t *testing.T, br *bufio.Reader, what string) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.ReadResponse(br, nil)
@@ -69,18 +69,15 @@ func readAnswer(t *testing.T, br *bufio.Reader, what string) (*http.Response, st
 	return resp, string(b)
 }
 
-// ingressInFlight is how many preview requests of the server are being
-// proxied, in all and to lease.
-func (ts *testServer) ingressInFlight(lease string) (all, ofLease int) {
-	ts.srv.ingress.mu.Lock()
-	defer ts.srv.ingress.mu.Unlock()
+// ingressInFlight is how many preview requests to lease the server is
+// proxying.
+func (ts *testServer) ingressInFlight(lease string) int {
 	ts.srv.mu.Lock()
 	l := ts.srv.leases[lease]
 	ts.srv.mu.Unlock()
-	if n := l.network(); n != nil {
-		ofLease = n.ingressInFlight
-	}
-	return ts.srv.ingress.inFlight, ofLease
+	ts.srv.ingress.mu.Lock()
+	defer ts.srv.ingress.mu.Unlock()
+	return l.network().ingressInFlight
 }
 
 // waitInFlight waits until the server proxies want requests to lease (the
@@ -88,11 +85,11 @@ func (ts *testServer) ingressInFlight(lease string) (all, ofLease int) {
 func (ts *testServer) waitInFlight(lease string, want int) {
 	ts.t.Helper()
 	for deadline := time.Now().Add(hangGuard); ; time.Sleep(5 * time.Millisecond) {
-		if _, n := ts.ingressInFlight(lease); n == want {
+		n := ts.ingressInFlight(lease)
+		if n == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, n := ts.ingressInFlight(lease)
 			ts.t.Fatalf("%d preview requests in flight to the lease, want %d", n, want)
 		}
 	}
