@@ -92,9 +92,10 @@ func TestForkDestroyedWhileForking(t *testing.T) {
 }
 
 // An idle sandbox with auto_pause_after_seconds pauses itself, by the
-// freezer; resume brings it back. (Seconds are milliseconds here.)
+// freezer; resume brings it back. (A second is 5 ms here: 60 of them
+// leave a loaded machine time to send the next request after a resume.)
 func TestAutoPausePausesAnIdleSandbox(t *testing.T) {
-	ts := startServer(t, Options{autoPauseUnit: time.Millisecond})
+	ts := startServer(t, Options{autoPauseUnit: 5 * time.Millisecond})
 	var sb sandboxData
 	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "auto_pause_after_seconds": 60}, &sb)
 	lease := sb.ID
