@@ -57,9 +57,10 @@ build:
 	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd
 	cd devserver && $(GO) build -o ../bin/devserver .
 
-## bench: latency, throughput, streaming, recovery and the lease machine against their floors (installs bubblewrap if missing; not part of test)
+## bench: latency, throughput, streaming, recovery, the lease machine and its network against their floors (installs bubblewrap and slirp4netns if missing; not part of test)
 bench:
 	@$(call debian_package,bench,bwrap,bubblewrap)
+	@$(call debian_package,bench,slirp4netns,slirp4netns)
 	cd devserver && $(GO) run ./cmd/bench
 
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost

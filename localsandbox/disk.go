@@ -3,10 +3,12 @@ package localsandbox
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +32,123 @@ const disksDir = "disks"
 type leaseDisk struct {
 	image string // the image file
 	mount string // where it is mounted: the lease directory
+	size  int64  // its size in bytes, held in the server's disk budget
+
+	// mu orders usage and remove: once the disk is unmounted, its mount
+	// point is a directory of the host's file system.
+	mu      sync.Mutex
+	removed bool
+	budget  *diskBudget // holds size until remove (nil: none)
+}
+
+// The host's disk.
+//
+// Images are sparse: a lease's disk takes on the host only what the lease
+// wrote, so the disks of all leases may together be larger than the host's
+// free space (4096 MiB each by default, 256 leases). Two checks keep the
+// leases from filling the host's file system:
+//
+//   - Room, always: a disk is made (for a create or a fork) only while the
+//     host's file system holds, beyond a reserve (a twentieth of it, at
+//     most 256 MiB), what is promised to it and not yet written there: what
+//     the leases wrote that the kernel has not yet written back into their
+//     images, and for each fork in flight what its source holds, which its
+//     copy is about to write. Without it, forks of a paused lease, each
+//     copying what the lease wrote in one request, filled the host's disk,
+//     and the kernel then failed to write back the leases' data (ext4
+//     "error while async write back") while the forks reported running.
+//   - A budget, when the operator sets Options.DiskBudgetMiB: the sizes of
+//     all leases' disks together (disk_mib each) stay within it, so that
+//     every lease can fill its disk, whatever the others do. Without it a
+//     lease writing its whole disk can use space another lease counted on.
+//
+// Both refuse with 503 (no capacity, as the hosted service says it) before
+// anything is made or copied.
+
+// diskBudget is Options.DiskBudgetMiB in bytes and what the live leases'
+// disks hold of it.
+type diskBudget struct {
+	mu    sync.Mutex
+	bytes int64 // 0: no budget
+	held  int64
+}
+
+// take holds size bytes of the budget, or says why it cannot.
+func (b *diskBudget) take(size int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bytes > 0 && b.held+size > b.bytes {
+		return &apiError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"no disk capacity: the sandboxes hold %d MiB of the server's %d MiB disk budget, this one needs %d MiB (ask for a smaller disk_mib, or destroy a sandbox)",
+			b.held/mib, b.bytes/mib, size/mib)}
+	}
+	b.held += size
+	return nil
+}
+
+func (b *diskBudget) give(size int64) {
+	b.mu.Lock()
+	b.held -= size
+	b.mu.Unlock()
+}
+
+// hostReserveMax bounds the reserve kept free on the host's file system.
+const hostReserveMax = 256 << 20
+
+// checkRoom refuses a new disk unless the host's file system of the root
+// holds what is promised to it, and the reserve.
+func (s *Server) checkRoom() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.opts.Root, &st); err != nil {
+		return fmt.Errorf("the root's file system: %w", err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	reserve := min(int64(st.Blocks)*st.Bsize/20, hostReserveMax)
+	s.mu.Lock()
+	leases := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+	var promised int64
+	for _, l := range leases {
+		if l.disk == nil {
+			continue
+		}
+		used, written := l.disk.usage()
+		l.mu.Lock()
+		copies := int64(l.forks)
+		l.mu.Unlock()
+		// A copy writes what the source holds, and a new image's
+		// metadata: as much as the source's image holds, or more.
+		promised += max(0, used-written) + copies*max(used, written)
+	}
+	if free-promised < reserve {
+		return &apiError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"no disk capacity: the host's file system has %d MiB free, %d MiB of it promised to sandboxes, %d MiB kept in reserve (destroy a sandbox, or free disk space)",
+			free/mib, promised/mib, reserve/mib)}
+	}
+	return nil
+}
+
+// usage returns what the lease's file system holds (used) and what its
+// image holds on the host (written); used is ahead while the kernel has
+// not written it back yet. A removed disk holds nothing.
+func (d *leaseDisk) usage() (used, written int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removed {
+		return 0, 0
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(d.mount, &st) == nil {
+		used = int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	var fi unix.Stat_t
+	if unix.Stat(d.image, &fi) == nil {
+		written = fi.Blocks * 512
+	}
+	return used, written
 }
 
 // diskSupport reports whether this server can bound disks, or why not.
@@ -47,15 +166,23 @@ func diskSupport() error {
 }
 
 // newLeaseDisk makes a disk of size bytes for lease id and mounts it at
-// dir (which must exist and be empty).
+// dir (which must exist and be empty), if the host has room for it.
 func (s *Server) newLeaseDisk(id string, size int64, dir string) (*leaseDisk, error) {
-	images := filepath.Join(s.opts.Root, disksDir)
-	if err := os.MkdirAll(images, 0o700); err != nil {
+	if err := s.checkRoom(); err != nil {
 		return nil, err
 	}
-	d := &leaseDisk{image: filepath.Join(images, id+".img"), mount: dir}
+	if err := s.disks.take(size); err != nil {
+		return nil, err
+	}
+	images := filepath.Join(s.opts.Root, disksDir)
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		s.disks.give(size)
+		return nil, err
+	}
+	d := &leaseDisk{image: filepath.Join(images, id+".img"), mount: dir, size: size, budget: &s.disks}
 	if err := d.create(size); err != nil {
 		os.Remove(d.image)
+		s.disks.give(size)
 		return nil, err
 	}
 	return d, nil
@@ -133,14 +260,21 @@ func openLoop(n int, nodes string) (int, error) {
 	return unix.Open(node, unix.O_RDWR|unix.O_CLOEXEC, 0)
 }
 
-// remove unmounts the disk (the loop device clears itself) and deletes
-// its image; again, it does nothing.
+// remove unmounts the disk (the loop device clears itself), deletes its
+// image and gives its size back to the budget; again, it does nothing.
 func (d *leaseDisk) remove() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.removed = true
 	if err := unix.Unmount(d.mount, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 		return fmt.Errorf("unmounting the lease's disk: %w", err)
 	}
 	if err := os.Remove(d.image); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	if d.budget != nil {
+		d.budget.give(d.size)
+		d.budget = nil
 	}
 	return nil
 }

@@ -239,8 +239,8 @@ const (
 var slirpDNS = netip.MustParseAddr("10.0.2.3")
 
 // applyEgress replaces the egress table of the network namespace netns
-// with set, in one transaction.
-func applyEgress(netns int, set egressSet) error {
+// with set, and a cap of maxFlows flows, in one transaction.
+func applyEgress(netns int, set egressSet, maxFlows int) error {
 	c, err := nftables.New(nftables.WithNetNSFd(netns))
 	if err != nil {
 		return fmt.Errorf("egress rules: %w", err)
@@ -268,6 +268,24 @@ func applyEgress(netns int, set egressSet) error {
 			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED),
 			Xor:  make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)}, accept)
+	// A new flow past the cap is refused: conntrack counts the namespace's
+	// flows (a closed TCP connection drops out at once, UDP when it times
+	// out). Each is a socket of slirp4netns on the host. Only new flows
+	// count: the kernel's own untracked packets (IPv6 neighbour discovery
+	// on tap0) neither hold a place nor get refused.
+	newFlowOver := func(then ...expr.Any) []expr.Any {
+		return append([]expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitNEW), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			&expr.Connlimit{Count: uint32(maxFlows), Flags: expr.NFT_CONNLIMIT_F_INV},
+		}, then...)
+	}
+	add(newFlowOver(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})...)
+	add(newFlowOver(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})...)
 	switch {
 	case set.all:
 		add(accept)

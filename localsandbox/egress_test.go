@@ -1,10 +1,12 @@
 package localsandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -177,10 +179,22 @@ func TestEgressChangeAppliesToTheNextConnection(t *testing.T) {
 }
 
 func TestEgressOffHasNoPath(t *testing.T) {
-	ts := startServer(t, Options{Isolation: IsolationNamespaces})
-	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	log := &limitedBuffer{buf: &bytes.Buffer{}, max: 1 << 20}
+	ts := startServer(t, Options{Isolation: IsolationNamespaces, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	sb := ts.createWith(map[string]any{"egress": []string{"*", "10.9.8.7:443", "*"}})
 	if sb.Egress == nil || len(sb.Egress) != 0 || sb.Network.EgressPolicy != "off" || sb.Network.Path != "none" {
 		t.Fatalf("view %+v", sb)
+	}
+	var ev egressView
+	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/egress", nil, &ev)
+	if ev.Egress == nil || len(ev.Egress) != 0 {
+		t.Errorf("GET egress: %+v, want nothing in force", ev)
+	}
+	ts.createWith(nil) // asks for nothing: nothing is dropped
+	// One warning, for the sandbox that asked, with counts and no rule.
+	if warnings := droppedWarnings(log); len(warnings) != 1 || !strings.Contains(warnings[0], "sandbox="+sb.ID) || !strings.Contains(warnings[0], "policy=off dropped=2 in_force=0") ||
+		strings.Contains(warnings[0], "10.9.8.7") {
+		t.Errorf("warnings of dropped rules: %q", warnings)
 	}
 	out := ts.exec(sb.ID, `ip -o link | awk -F': ' '{print $2}' | sort | tr '\n' ' '; `+fetchScript("10.0.2.2", 80))
 	if !strings.HasPrefix(out.Stdout, "lo \n") && !strings.HasPrefix(out.Stdout, "lo ") {
@@ -191,13 +205,28 @@ func TestEgressOffHasNoPath(t *testing.T) {
 	}
 }
 
+// droppedWarnings are the log's lines about rules a policy dropped.
+func droppedWarnings(log *limitedBuffer) []string {
+	var warnings []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "egress rules dropped") {
+			warnings = append(warnings, line)
+		}
+	}
+	return warnings
+}
+
 func TestEgressAllowlistPolicyRefusesAll(t *testing.T) {
 	needNetwork(t)
-	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
+	log := &limitedBuffer{buf: &bytes.Buffer{}, max: 1 << 20}
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	port := hostServer(t, "hello")
 	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
 	if len(sb.Egress) != 0 || sb.Network.Path != "slirp4netns" {
 		t.Fatalf("view %+v", sb)
+	}
+	if w := droppedWarnings(log); len(w) != 1 || !strings.Contains(w[0], "sandbox="+sb.ID+" policy=allowlist dropped=1 in_force=0") {
+		t.Errorf("warnings of dropped rules: %q", w)
 	}
 	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
 		t.Errorf("fetch: %q", got)

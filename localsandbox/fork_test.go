@@ -1,10 +1,16 @@
 package localsandbox
 
 import (
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The done-when of fork: write a file, pause, fork, change it in the fork,
@@ -84,9 +90,10 @@ func TestForkDestroyedWhileForking(t *testing.T) {
 }
 
 // An idle sandbox with auto_pause_after_seconds pauses itself, by the
-// freezer; resume brings it back. (Seconds are milliseconds here.)
+// freezer; resume brings it back. (A second is 5 ms here: 60 of them
+// leave a loaded machine time to send the next request after a resume.)
 func TestAutoPausePausesAnIdleSandbox(t *testing.T) {
-	ts := startServer(t, Options{autoPauseUnit: time.Millisecond})
+	ts := startServer(t, Options{autoPauseUnit: 5 * time.Millisecond})
 	var sb sandboxData
 	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "auto_pause_after_seconds": 60}, &sb)
 	lease := sb.ID
@@ -146,5 +153,109 @@ func TestForkTakesTheOfficialBody(t *testing.T) {
 	waitStatus(t, ts, paused.ID, "running")
 	if r := ts.exec(paused.ID, `echo $WHO`); r.Stdout != "fork\n" {
 		t.Errorf("the fork's own envs: %+v", r)
+	}
+}
+
+// tmpfsRoot mounts a tmpfs of mib MiB for a server's root (the host's
+// disk, small enough to fill) and returns the root's path in it; it is
+// unmounted after the server has shut down.
+func tmpfsRoot(t *testing.T, mib int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a disk of its own needs root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm", mib)); err != nil {
+		t.Fatalf("mounting a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) }) // runs after the server's cleanup
+	return filepath.Join(dir, "root")
+}
+
+// forkAndWait forks the paused sandbox src and waits for the fork to run
+// or fail; it returns the fork's status, or the HTTP status of a refusal.
+func (ts *testServer) forkAndWait(src string) (id, status string) {
+	ts.t.Helper()
+	var fork struct {
+		ID string `json:"id"`
+	}
+	if code := ts.call("POST", "/sandboxes/"+src+"/fork", nil, &fork); code != http.StatusOK {
+		return "", strconv.Itoa(code)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) { // polled, as clients do
+		if st := ts.status(fork.ID); st != "forking" {
+			return fork.ID, st
+		}
+		if time.Now().After(deadline) {
+			ts.t.Fatalf("fork %s still forking", fork.ID)
+		}
+	}
+}
+
+// Forks as a disk-exhaustion vector: each fork copies what its source
+// wrote onto the host's disk, in one request. Before, on a 320 MiB host
+// disk, a lease that wrote 120 MiB was forked three times, each fork
+// "running" and reading its copy back from the page cache, while the host's
+// file system was full and the kernel failed to write the forks' data back
+// into their images (ext4: "error while async write back metadata"); a
+// write of 20 MiB by another lease, within its own 64 MiB disk, then failed
+// once it went to the host. Now a fork (as a create) is refused, with a 503
+// before anything is copied, unless the host's file system keeps room for
+// what is promised to it (what the copies in flight will write, what the
+// leases wrote that is not yet on the host) and a reserve (a twentieth of
+// it, at most 256 MiB).
+func TestForksCannotFillTheHostsDisk(t *testing.T) {
+	ts := startServer(t, Options{Root: tmpfsRoot(t, 320)})
+	if ts.srv.diskErr != nil {
+		t.Skipf("disks are not bounded here: %v", ts.srv.diskErr)
+	}
+	other := ts.createWith(map[string]any{"disk_mib": 64}).ID
+	src := ts.createWith(map[string]any{"disk_mib": 192}).ID
+	if r := ts.exec(src, `head -c 120M /dev/urandom > /workspace/blob`); r.ExitCode != 0 {
+		t.Fatalf("writing the source: %+v", r)
+	}
+	ts.mustCall("POST", "/sandboxes/"+src+"/pause", nil, nil)
+	waitStatus(t, ts, src, "paused")
+	var outcomes []string
+	for range 3 {
+		_, st := ts.forkAndWait(src)
+		outcomes = append(outcomes, st)
+		if st != "running" {
+			break
+		}
+	}
+	if !slices.Equal(outcomes, []string{"running", "503"}) {
+		t.Errorf("forks of a 120 MiB lease on a 320 MiB host disk: %q, want one running, then 503", outcomes)
+	}
+	// Written through to the host (the page cache would take it either way).
+	if r := ts.exec(other, `dd if=/dev/zero of=/workspace/f bs=1M count=20 oflag=direct conv=fsync status=none && echo ok`); r.Stdout != "ok\n" {
+		t.Errorf("another lease writing 20 MiB of its 64: %q %q", r.Stdout, r.Stderr)
+	}
+}
+
+// With a disk budget, the disks of all sandboxes together (their disk_mib)
+// stay within it: a create or fork past it is refused before anything is
+// made, and a destroyed sandbox gives its disk back.
+func TestDiskBudgetBoundsTheSumOfTheDisks(t *testing.T) {
+	ts := startServer(t, Options{DiskBudgetMiB: 300})
+	if ts.srv.diskErr != nil {
+		t.Skipf("disks are not bounded here: %v", ts.srv.diskErr)
+	}
+	a := ts.createWith(map[string]any{"disk_mib": 128}).ID
+	b := ts.createWith(map[string]any{"disk_mib": 128}).ID
+	if status := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "disk_mib": 64}, nil); status != http.StatusServiceUnavailable {
+		t.Errorf("a create past the budget: %d, want 503", status)
+	}
+	ts.mustCall("POST", "/sandboxes/"+a+"/pause", nil, nil)
+	waitStatus(t, ts, a, "paused")
+	if _, st := ts.forkAndWait(a); st != "503" {
+		t.Errorf("a fork past the budget: %s, want 503", st)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(ts.root, leasesDir)); len(entries) != 2 {
+		t.Errorf("%d lease directories after the refusals, want 2", len(entries))
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+b, nil, nil)
+	if _, st := ts.forkAndWait(a); st != "running" {
+		t.Errorf("a fork once a sandbox gave its disk back: %s", st)
 	}
 }

@@ -2,11 +2,13 @@ package localsandbox
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,21 +35,29 @@ import (
 // paused (or pausing, resuming, failed) one 409; a port nobody listens on
 // 502, at once (the connection is refused).
 
-// previewPort is the port of the first TCP listener the server serves on,
-// which the ingress URL template names (0: unknown, no template).
-type previewPort struct{ port atomic.Int64 }
+// ingressState is the server's side of preview URLs: the port of the first
+// TCP listener the server serves on, which the ingress URL template names
+// (0: unknown, no template), and the preview requests being proxied, in
+// all and per lease (leaseNet.ingressInFlight, guarded by mu).
+type ingressState struct {
+	port atomic.Int64
+
+	mu         sync.Mutex
+	inFlight   int
+	lastWarned time.Time
+}
 
 // notePreviewAddr records the port of a listener Serve was given.
 func (s *Server) notePreviewAddr(addr net.Addr) {
 	if a, ok := addr.(*net.TCPAddr); ok {
-		s.preview.port.CompareAndSwap(0, int64(a.Port))
+		s.ingress.port.CompareAndSwap(0, int64(a.Port))
 	}
 }
 
 // ingressTemplate is the sandbox's ingress_url_template, "" when the server
 // does not know its port.
 func (s *Server) ingressTemplate(id string) string {
-	port := s.preview.port.Load()
+	port := s.ingress.port.Load()
 	if port == 0 {
 		return ""
 	}
@@ -59,6 +69,7 @@ func parsePreviewHost(host, domain string) (port int, id string, ok bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
+	host = strings.TrimSuffix(host, ".") // the same name, fully qualified
 	label, found := strings.CutSuffix(strings.ToLower(host), "."+domain)
 	if !found {
 		return 0, "", false
@@ -120,15 +131,65 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	default:
 		return conflict("the sandbox is " + state)
 	}
-	n.proxy(port).ServeHTTP(w, r)
+	release, err := s.admitIngress(n, id)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		return err
+	}
+	defer release()
+	n.proxy(r, port).ServeHTTP(w, r)
 	return nil
+}
+
+// admitIngress counts a preview request to n, for as long as it is proxied
+// (a WebSocket for as long as it is open), or refuses it past the caps:
+// Options.MaxIngressRequestsPerLease to one lease, MaxIngressRequests in
+// all. Every preview request holds a connection of the server with a
+// request in flight, which the connection caps never displace, and a
+// WebSocket's connection is not counted by them at all once upgraded; a
+// server in a lease that never answers, and a page of it opening requests
+// to it in the user's browser, would otherwise fill the caps and lock the
+// API out.
+func (s *Server) admitIngress(n *leaseNet, id string) (release func(), _ *apiError) {
+	st := &s.ingress
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var refused *apiError
+	switch {
+	case n.ingressInFlight >= s.opts.MaxIngressRequestsPerLease:
+		refused = &apiError{http.StatusServiceUnavailable, fmt.Sprintf("too many preview requests to this sandbox (%d in flight); retry later", n.ingressInFlight)}
+	case st.inFlight >= s.opts.MaxIngressRequests:
+		refused = &apiError{http.StatusServiceUnavailable, fmt.Sprintf("too many preview requests in flight (%d); retry later", st.inFlight)}
+	}
+	if refused != nil {
+		if time.Since(st.lastWarned) >= time.Minute {
+			st.lastWarned = time.Now()
+			s.log.Warn("preview request cap reached: answering 503", "sandbox", id, "in_flight", st.inFlight,
+				"max", s.opts.MaxIngressRequests, "of_sandbox", n.ingressInFlight, "max_per_sandbox", s.opts.MaxIngressRequestsPerLease)
+		}
+		return nil, refused
+	}
+	n.ingressInFlight++
+	st.inFlight++
+	return func() {
+		st.mu.Lock()
+		n.ingressInFlight--
+		st.inFlight--
+		st.mu.Unlock()
+	}, nil
 }
 
 // ingressDialTimeout bounds a connect to a port in the lease.
 const ingressDialTimeout = 5 * time.Second
 
-// proxy returns the reverse proxy to 127.0.0.1:port in the lease.
-func (n *leaseNet) proxy(port int) http.Handler {
+// maxIdlePerLease bounds the connections into a lease kept open for its
+// next preview requests (four a port at most): without it, a client
+// asking each port in turn made the server hold one per port.
+const maxIdlePerLease = 16
+
+// proxy returns the reverse proxy of the request in to 127.0.0.1:port in
+// the lease.
+func (n *leaseNet) proxy(in *http.Request, port int) http.Handler {
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -140,7 +201,11 @@ func (n *leaseNet) proxy(port int) http.Handler {
 		},
 		Transport:     n.transport(),
 		FlushInterval: -1, // event streams and the like pass at once
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if bodyExpired(in) { // the client's body stalled, not the server
+				writeError(w, http.StatusRequestTimeout, "the request body did not arrive in time")
+				return
+			}
 			writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")
 		},
 	}
@@ -154,6 +219,7 @@ func (n *leaseNet) transport() *http.Transport {
 	if n.ingressTransport == nil {
 		n.ingressTransport = &http.Transport{
 			DialContext:           n.dial,
+			MaxIdleConns:          maxIdlePerLease,
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       30 * time.Second,
 			ResponseHeaderTimeout: 0, // a server inside may think as long as it likes

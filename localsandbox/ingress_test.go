@@ -29,7 +29,7 @@ func needRoot(t *testing.T) {
 // lease, without an API key.
 func (ts *testServer) preview(lease string, port int, path string) (int, string) {
 	ts.t.Helper()
-	addr := strings.TrimSuffix(strings.TrimPrefix(ts.base, "http://"), "/v1")
+	addr := ts.addr()
 	req, err := http.NewRequest("GET", "http://"+addr+path, nil)
 	if err != nil {
 		ts.t.Fatal(err)
@@ -42,6 +42,11 @@ func (ts *testServer) preview(lease string, port int, path string) (int, string)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// addr is the server's host:port.
+func (ts *testServer) addr() string {
+	return strings.TrimSuffix(strings.TrimPrefix(ts.base, "http://"), "/v1")
 }
 
 func previewHost(lease string, port int, serverAddr string) string {
@@ -62,7 +67,7 @@ func TestPreviewURLServesAServerInTheLease(t *testing.T) {
 	needRoot(t)
 	ts := startServer(t, Options{})
 	sb := ts.createWith(map[string]any{"ingress_enabled": true})
-	addr := strings.TrimSuffix(strings.TrimPrefix(ts.base, "http://"), "/v1")
+	addr := ts.addr()
 	_, serverPort, _ := net.SplitHostPort(addr)
 	if want := "http://<port>-" + sb.ID + ".localhost:" + serverPort; !sb.IngressEnabled || sb.IngressURLTemplate != want {
 		t.Fatalf("view: ingress %v template %q, want %q", sb.IngressEnabled, sb.IngressURLTemplate, want)
@@ -169,7 +174,7 @@ func TestWebSocketThroughIngress(t *testing.T) {
 	ts.startProcess(sb.ID, `exec python3 /workspace/ws.py`)
 	ts.waitListening(sb.ID, 9000)
 
-	addr := strings.TrimSuffix(strings.TrimPrefix(ts.base, "http://"), "/v1")
+	addr := ts.addr()
 	host := previewHost(sb.ID, 9000, addr)
 	cfg, err := websocket.NewConfig("ws://"+host+"/echo", "http://"+host)
 	if err != nil {
@@ -210,6 +215,8 @@ func TestPreviewHostParsing(t *testing.T) {
 		{"8000-sb-0123.localhost:7575", 8000, "sb-0123", true},
 		{"8000-SB-0123.LOCALHOST", 8000, "sb-0123", true},
 		{"65535-sb-1.localhost", 65535, "sb-1", true},
+		{"8000-sb-1.localhost.:7575", 8000, "sb-1", true},
+		{"8000-sb-1.localhost..", 0, "", false},
 		{"0-sb-1.localhost", 0, "", false},
 		{"65536-sb-1.localhost", 0, "", false},
 		{"080-sb-1.localhost", 0, "", false},

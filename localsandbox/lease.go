@@ -203,7 +203,7 @@ func (s *Server) startLease(l *lease) error {
 	}
 	var net *leaseNet
 	if err == nil {
-		net, err = s.newLeaseNet(l, l.netSpec)
+		net, err = s.newLeaseNet(l, l.netSpec, cg)
 		// Under the lock, as machine below: a fork is viewed while it
 		// starts. startMachine starts the init in this network.
 		l.mu.Lock()
@@ -504,12 +504,12 @@ func (l *lease) destroy() error {
 	if l.machine != nil && !l.machine.stop() {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
 	}
+	l.net.close() // before the cgroup, which holds slirp4netns
 	if l.cgroup != nil {
 		if err := l.cgroup.delete(); err != nil {
 			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
 		}
 	}
-	l.net.close()
 	procs := l.liveProcesses()
 	var wg sync.WaitGroup
 	failed := make(chan string, len(procs))

@@ -62,16 +62,29 @@ type leaseNet struct {
 	slirpExit *os.File      // closing it ends slirp4netns
 	slirpDone chan struct{} // closed once slirp4netns was reaped
 
+	maxFlows int // the egress table's cap on the lease's flows
+
 	mu               sync.Mutex
 	egress           egressSet
 	ingress          bool
 	ingressTransport *http.Transport // made on the first preview request
+
+	// ingressInFlight counts the lease's preview requests being proxied;
+	// guarded by Server.ingress.mu (ingress.go).
+	ingressInFlight int
 }
+
+// slirpOwnFiles are the descriptors slirp4netns may hold beside the sockets
+// of its flows (its TAP device, pipes, namespaces, resolver).
+const slirpOwnFiles = 64
 
 // netSpec is what a create asks of the network.
 type netSpec struct {
 	egress  egressSet
 	ingress bool
+	// dropped counts the distinct rules asked for that the server's policy
+	// left out of egress.
+	dropped int
 }
 
 // networkDefaults checks the network options (called by withDefaults).
@@ -85,6 +98,18 @@ func (o *Options) networkDefaults() error {
 	}
 	if o.IngressDomain == "" {
 		o.IngressDomain = "localhost"
+	}
+	if o.MaxIngressRequests < 0 || o.MaxIngressRequestsPerLease < 0 || o.MaxEgressConnections < 0 {
+		return errors.New("localsandbox: network limits must not be negative")
+	}
+	if o.MaxEgressConnections == 0 {
+		o.MaxEgressConnections = DefaultMaxEgressConnections
+	}
+	if o.MaxIngressRequests == 0 {
+		o.MaxIngressRequests = max(1, o.MaxConnectionsPerAddress/2)
+	}
+	if o.MaxIngressRequestsPerLease == 0 {
+		o.MaxIngressRequestsPerLease = min(DefaultMaxIngressRequestsPerLease, o.MaxIngressRequests)
 	}
 	o.IngressDomain = strings.ToLower(strings.TrimSuffix(o.IngressDomain, "."))
 	if !validHostName(o.IngressDomain) {
@@ -121,13 +146,28 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 	if err != nil {
 		return netSpec{}, err
 	}
-	return netSpec{egress: set, ingress: ingress}, nil
+	spec := netSpec{egress: set, ingress: ingress}
+	if !set.all {
+		asked := map[string]bool{}
+		for _, r := range egress {
+			asked[r] = true
+		}
+		spec.dropped = len(asked) - len(set.rules)
+	}
+	return spec, nil
 }
 
 // newLeaseNet makes the network namespace of a lease (nil when the server
 // cannot: the init then makes its own), with loopback up, the egress
-// table in place and, unless egress is off, slirp4netns attached.
-func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
+// table in place and, unless egress is off, slirp4netns attached and in
+// the lease's cgroup cg (when it has one).
+func (s *Server) newLeaseNet(l *lease, spec netSpec, cg leaseCgroup) (_ *leaseNet, err error) {
+	if spec.dropped > 0 {
+		// The view says what is in force; the operator learns here why a
+		// lease has less than it asked. Counts only: a rule names a host.
+		s.log.Warn("egress rules dropped by the server's policy", "sandbox", l.id, "policy", s.opts.Egress,
+			"dropped", spec.dropped, "in_force", len(spec.egress.rules))
+	}
 	if !s.networkAvailable() {
 		return nil, nil
 	}
@@ -135,7 +175,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the lease's network namespace: %w", err)
 	}
-	n := &leaseNet{netns: ns, egress: spec.egress, ingress: spec.ingress}
+	n := &leaseNet{netns: ns, egress: spec.egress, ingress: spec.ingress, maxFlows: s.opts.MaxEgressConnections}
 	defer func() {
 		if err != nil {
 			n.close()
@@ -148,10 +188,10 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec) (_ *leaseNet, err error) {
 		return n, nil
 	}
 	// The table first: no packet leaves before the rules are in force.
-	if err := applyEgress(int(ns.Fd()), spec.egress); err != nil {
+	if err := applyEgress(int(ns.Fd()), spec.egress, n.maxFlows); err != nil {
 		return nil, err
 	}
-	if err := n.startSlirp(s); err != nil {
+	if err := n.startSlirp(s, cg); err != nil {
 		return nil, err
 	}
 	if err := s.writeResolvConf(l); err != nil {
@@ -204,9 +244,9 @@ func (s *Server) writeResolvConf(l *lease) error {
 	return l.chown(path)
 }
 
-// startSlirp attaches slirp4netns to the namespace and waits until it has
-// configured tap0.
-func (n *leaseNet) startSlirp(s *Server) error {
+// startSlirp attaches slirp4netns to the namespace, in the lease's cgroup
+// cg, and waits until it has configured tap0.
+func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -244,6 +284,26 @@ func (n *leaseNet) startSlirp(s *Server) error {
 		cmd.Wait()
 		close(n.slirpDone)
 	}()
+	// Its descriptors bounded just above the lease's flows (the egress
+	// table caps those), not the server's limit: each flow is a socket of
+	// slirp4netns on the host. Nothing of the lease runs yet.
+	files := uint64(n.maxFlows + slirpOwnFiles)
+	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: files, Max: files}, nil); err != nil {
+		cmd.Process.Kill()
+		<-n.slirpDone
+		return fmt.Errorf("limiting slirp4netns's descriptors: %w", err)
+	}
+	// The lease's traffic costs slirp4netns several times the CPU it costs
+	// the lease (a user-space TCP stack): in the lease's cgroup, that CPU
+	// and memory count against the lease's shape, not the host's spare
+	// cores, and pausing the lease freezes its network too.
+	if cg != nil {
+		if err := cg.addProc(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			<-n.slirpDone
+			return fmt.Errorf("slirp4netns into the lease's cgroup: %w", err)
+		}
+	}
 	ready := make(chan error, 1)
 	go func() {
 		var b [1]byte
@@ -269,7 +329,7 @@ func (n *leaseNet) setEgress(set egressSet) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.slirp != nil {
-		if err := applyEgress(int(n.netns.Fd()), set); err != nil {
+		if err := applyEgress(int(n.netns.Fd()), set, n.maxFlows); err != nil {
 			return err
 		}
 	}
@@ -468,6 +528,12 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		b.buf.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func lastLine(s string) string {

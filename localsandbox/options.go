@@ -71,6 +71,11 @@ type Options struct {
 	// DefaultDiskMiB is the disk of a sandbox created without disk_mib.
 	// Default 4096.
 	DefaultDiskMiB int
+	// DiskBudgetMiB bounds the disks of all live sandboxes together (their
+	// disk_mib): past it a create or fork is refused with 503. Default 0:
+	// no budget; disks are sparse, and only the room the host's file system
+	// has is checked (disk.go).
+	DiskBudgetMiB int
 	// RequireLimits makes New fail unless the kernel enforces every limit
 	// of a shape (memory, processes, CPU, pause by freezing, disk) for each
 	// lease. Without it a server that cannot says so in its log and in
@@ -138,6 +143,18 @@ type Options struct {
 	// IngressPublic serves preview URLs (which carry no key) on listeners
 	// off loopback too.
 	IngressPublic bool
+	// MaxIngressRequests caps the preview requests proxied at once (an
+	// open WebSocket counts until it closes), MaxIngressRequestsPerLease
+	// those to one lease; past a cap a preview request is answered 503
+	// with Retry-After. Defaults: half of MaxConnectionsPerAddress, so that
+	// preview traffic, which comes from loopback as API clients do, leaves
+	// them room; per lease 64, at most MaxIngressRequests.
+	MaxIngressRequests         int
+	MaxIngressRequestsPerLease int
+	// MaxEgressConnections caps the outward flows (TCP connections, UDP
+	// flows) a lease with egress holds at once; past it a new one is
+	// refused, by the kernel. Default 1024.
+	MaxEgressConnections int
 }
 
 // Defaults of Options.
@@ -162,6 +179,9 @@ const (
 const (
 	DefaultMaxConnections  = 1024
 	DefaultBodyReadTimeout = 2 * time.Minute
+
+	DefaultMaxIngressRequestsPerLease = 64
+	DefaultMaxEgressConnections       = 1024
 )
 
 // DefaultRoot is the workspace directory a server uses when Options.Root is
@@ -260,6 +280,9 @@ func (o Options) withDefaults() (Options, error) {
 		if err := positive(f.v, f.def, f.name); err != nil {
 			return o, err
 		}
+	}
+	if o.DiskBudgetMiB < 0 {
+		return o, fmt.Errorf("localsandbox: DiskBudgetMiB must not be negative")
 	}
 	if o.JournalBytes < maxChunk {
 		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", maxChunk)

@@ -33,8 +33,9 @@ type Server struct {
 	lock      *os.File
 	handler   http.Handler
 	history   *history
-	limiter   *limiter // the leases' cgroups; set after the isolation probe
-	diskErr   error    // why leases' disks are not bounded (nil: they are)
+	limiter   *limiter   // the leases' cgroups; set after the isolation probe
+	diskErr   error      // why leases' disks are not bounded (nil: they are)
+	disks     diskBudget // Options.DiskBudgetMiB and what the leases' disks hold (disk.go)
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -52,7 +53,7 @@ type Server struct {
 	servers     map[*http.Server]struct{}
 	shutdown    bool
 
-	preview previewPort // the port preview URLs name (ingress.go)
+	ingress ingressState // preview URLs: their port, the requests in flight (ingress.go)
 }
 
 // Files and directories under Options.Root.
@@ -82,6 +83,7 @@ func New(opts Options) (*Server, error) {
 		idempotency: make(map[string]*idempotentCreate),
 		names:       make(map[string]bool),
 		servers:     make(map[*http.Server]struct{}),
+		disks:       diskBudget{bytes: int64(opts.DiskBudgetMiB) * mib},
 	}
 	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*idsPerLease >= 1<<32-1 {
 		return nil, fmt.Errorf("localsandbox: HostIDBase %d leaves no room for the id ranges of %d sandboxes", opts.HostIDBase, 2*opts.MaxLeases)

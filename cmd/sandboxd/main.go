@@ -54,16 +54,19 @@ type config struct {
 type machineFlags struct {
 	rootfsDir     string
 	requireLimits bool
+	diskBudgetMiB int
 }
 
 func (m *machineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&m.requireLimits, "require-limits", false, "refuse to start unless the kernel enforces every limit of a shape (memory, processes, CPU, freezing) per sandbox")
 	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
+	fs.IntVar(&m.diskBudgetMiB, "disk-budget-mib", 0, "the disks of all sandboxes together (their disk_mib) stay within this many MiB; past it a create or fork is refused (default: no budget, disks are sparse; the host's free space is checked)")
 }
 
 func (m *machineFlags) apply(o *localsandbox.Options) {
 	o.RootfsDir = m.rootfsDir
 	o.RequireLimits = m.requireLimits
+	o.DiskBudgetMiB = m.diskBudgetMiB
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {

@@ -15,16 +15,24 @@ type networkFlags struct {
 	egress        string
 	ingressPublic bool
 	ingressDomain string
+
+	maxIngress, maxIngressPerSandbox, maxEgressConnections int
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.egress, "egress", "off", "the leases' outward network: off (loopback only), allowlist (only explicit egress rules) or any; other than off needs root and slirp4netns")
 	fs.BoolVar(&n.ingressPublic, "ingress-public", false, "serve preview URLs, which carry no API key, on a non-loopback listener too")
 	fs.StringVar(&n.ingressDomain, "ingress-domain", "localhost", "domain of preview URLs: http://<port>-<sandbox id>.DOMAIN:<listen port>")
+	fs.IntVar(&n.maxIngress, "max-ingress-requests", 0, "preview requests proxied at once, open WebSockets included; past it 503 (default half of --max-connections-per-address)")
+	fs.IntVar(&n.maxIngressPerSandbox, "max-ingress-requests-per-sandbox", 0, "preview requests proxied at once to one sandbox (default 64, at most --max-ingress-requests)")
+	fs.IntVar(&n.maxEgressConnections, "max-egress-connections", localsandbox.DefaultMaxEgressConnections, "outward connections (TCP, UDP flows) a sandbox holds at once; past it the kernel refuses a new one")
 }
 
 func (n *networkFlags) apply(o *localsandbox.Options) {
 	o.Egress = localsandbox.EgressPolicy(n.egress)
 	o.IngressPublic = n.ingressPublic
 	o.IngressDomain = n.ingressDomain
+	o.MaxIngressRequests = n.maxIngress
+	o.MaxIngressRequestsPerLease = n.maxIngressPerSandbox
+	o.MaxEgressConnections = n.maxEgressConnections
 }

@@ -8,13 +8,14 @@
 // sandbox server, worker), builds the worker binary for the memory rows,
 // and runs the library's testing.B benchmarks with `go test -bench`.
 // Progress goes to stderr, the table to stdout. The P6 rows need bwrap
-// (Debian's bubblewrap, which `make bench` installs): without it the
-// program stops before measuring anything.
+// (Debian's bubblewrap, which `make bench` installs), the P7 row root and
+// slirp4netns (also installed by `make bench`): without them the program
+// stops before measuring anything.
 //
 // Flags:
 //
 //	-quick            fewer, shorter runs (under a minute once built): for trying things out
-//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,live,micro (default all)
+//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,p7,live,micro (default all)
 //	-runs N           P1, P5, P6 latency: rounds of each path (default 30)
 //	-live-runs N      live output: runs of each path, 10 lines each (default 5)
 //	-duration D       P2 throughput: time per concurrency and path (default 5s)
@@ -24,6 +25,7 @@
 //	-rss-mib L        P3 memory: MiB of stdout per worker process (default 1,64,256)
 //	-recovery-runs N  P4 recovery: runs of each kind (default 5)
 //	-fork-runs N      P6 fork: forks of a 100 MiB lease, and host copies (default 5)
+//	-egress-runs N    P7 egress: 64 MiB transfers of each path (default 3)
 //	-benchtime D      testing.B benchmarks: -benchtime (default 500ms)
 //	-profile DIR      write CPU and allocation profiles of each part into DIR
 //	-out FILE         also write the table to FILE
@@ -67,7 +69,7 @@ const (
 )
 
 // allParts are the parts of the table, in its order.
-var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "live", "micro"}
+var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "live", "micro"}
 
 type config struct {
 	parts        map[string]bool
@@ -80,6 +82,7 @@ type config struct {
 	rssMiB       []int
 	recoveryRuns int
 	forkRuns     int
+	egressRuns   int
 	benchtime    string
 	profile      string
 	out          string
@@ -110,6 +113,7 @@ func parseFlags(args []string) (config, error) {
 	rss := fs.String("rss-mib", "1,64,256", "P3 memory: MiB of stdout per worker process")
 	fs.IntVar(&cfg.recoveryRuns, "recovery-runs", 5, "P4: runs of each kind")
 	fs.IntVar(&cfg.forkRuns, "fork-runs", 5, "P6: forks of a 100 MiB lease, and host copies")
+	fs.IntVar(&cfg.egressRuns, "egress-runs", 3, "P7: 64 MiB transfers of each path")
 	fs.StringVar(&cfg.benchtime, "benchtime", "500ms", "testing.B benchmarks: -benchtime")
 	fs.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of each part into this directory")
 	fs.StringVar(&cfg.out, "out", "", "also write the table to this file")
@@ -141,6 +145,9 @@ func parseFlags(args []string) (config, error) {
 		if !set["fork-runs"] {
 			cfg.forkRuns = 2
 		}
+		if !set["egress-runs"] {
+			cfg.egressRuns = 1
+		}
 		if !set["benchtime"] {
 			cfg.benchtime = "100ms"
 		}
@@ -161,7 +168,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-rss-mib: %w", err)
 	}
 	slices.Sort(cfg.rssMiB)
-	if cfg.runs < 1 || cfg.liveRuns < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
+	if cfg.runs < 1 || cfg.liveRuns < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.egressRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
 		return cfg, errors.New("counts, sizes and durations must be positive")
 	}
 	return cfg, nil
@@ -219,9 +226,15 @@ func run(ctx context.Context, cfg config) int {
 		rows[name] = measured
 	}
 
+	// Before anything is measured, not after minutes of it.
 	if cfg.parts["p6"] {
-		// Before anything is measured, not after minutes of it.
 		if err := bench.CheckBwrap(); err != nil {
+			logf("%v", err)
+			return 1
+		}
+	}
+	if cfg.parts["p7"] {
+		if err := bench.CheckEgressPath(); err != nil {
 			logf("%v", err)
 			return 1
 		}
@@ -234,6 +247,8 @@ func run(ctx context.Context, cfg config) int {
 	// The micro-benchmarks first: `go test` compiles, and the stack is not
 	// up yet to be disturbed by it.
 	part("micro", func() ([]bench.Row, error) { return bench.MicroBenchmarks(ctx, moduleDir, cfg.benchtime) })
+	// P7 runs in a server of its own, made by the benchmark.
+	part("p7", func() ([]bench.Row, error) { return bench.EgressThroughput(ctx, moduleDir, cfg.egressRuns) })
 
 	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] || cfg.parts["p6"] || cfg.parts["live"] {
 		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
