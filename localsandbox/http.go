@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -321,7 +323,7 @@ var publicRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/v1/shape
 // Keys are compared by their hashes in constant time.
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	if s.opts.InsecureNoAuth {
-		return next
+		return withoutBrowsers(next)
 	}
 	want := sha256.Sum256([]byte(s.opts.APIKey))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -339,6 +341,42 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// withoutBrowsers guards a server that takes no key (InsecureNoAuth, which
+// serves loopback only). Its address is reachable from every browser page
+// on the machine: any site may send it a "simple" cross-site POST (no
+// preflight), and a site whose name is made to resolve to 127.0.0.1 (DNS
+// rebinding) may even read its answers. So it answers only what no page
+// can send: a request without an Origin header whose Host names loopback
+// (localhost or a loopback address). Preview URLs are served before this
+// (withIngress) and are unaffected. Programs — the SDKs, curl, the
+// provider — send no Origin and the Host they dialled.
+func withoutBrowsers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" || !loopbackHost(r.Host) {
+			http.NewResponseController(w).SetReadDeadline(time.Now())
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusForbidden, "a server without a key answers programs on this machine only: no browser pages, no other host names")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether a Host header names this machine's
+// loopback: localhost or a loopback address, with or without a port.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // withBodyDeadline gives a request's body BodyReadTimeout to arrive, from
