@@ -57,7 +57,7 @@ build:
 	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd
 	cd devserver && $(GO) build -o ../bin/devserver .
 
-## bench: latency, throughput, streaming, recovery, the lease machine and its network against their floors (installs bubblewrap and slirp4netns if missing; not part of test)
+## bench: latency, throughput, streaming, recovery, live-output latency, the lease machine and its network against their floors (installs bubblewrap and slirp4netns if missing; not part of test)
 bench:
 	@$(call debian_package,bench,bwrap,bubblewrap)
 	@$(call debian_package,bench,slirp4netns,slirp4netns)
@@ -67,7 +67,7 @@ bench:
 chaos:
 	cd devserver && $(GO) run ./cmd/chaos -runs $(RUNS) -fault-rate $(FAULT_RATE)
 
-## webui-check: open a compensated run in the embedded Web UI in headless Chromium (installed if missing), check its pages show it, save docs/webui-compensated.png
+## webui-check: in headless Chromium (installed if missing), open a compensated, encrypted run and a running one in the embedded Web UI; check its pages show them decoded, the running command's live output among them; save docs/webui-compensated.png
 webui-check:
 	@$(call debian_package,webui-check,chromium,chromium)
 	cd devserver && $(GO) run ./cmd/webuicheck -chromium /usr/bin/chromium -out ../docs/webui-compensated.png
