@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -212,9 +213,9 @@ func forwardedSignals() []os.Signal {
 func forwardSignals(sigs <-chan os.Signal) {
 	for sig := range sigs {
 		s := sig.(syscall.Signal)
-		if table, err := readProcTable(); err == nil {
+		if table, err := proctree.Read(); err == nil {
 			self := os.Getpid()
-			for _, pid := range table.tree(self) {
+			for _, pid := range table.Tree(self) {
 				if pid != self {
 					syscall.Kill(pid, s)
 				}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
 // Where a lease's directories appear to its processes in namespace mode.
@@ -246,11 +248,11 @@ func (l *lease) hostRoots() []int {
 	if m == nil {
 		return treeRoots(l.liveProcesses())
 	}
-	t, err := readProcTable()
+	t, err := proctree.Read()
 	if err != nil {
 		return nil
 	}
-	return t.children[m.pid()]
+	return t.Children(m.pid())
 }
 
 // env is the environment a command starts with: the lease's standard
@@ -458,9 +460,9 @@ func (l *lease) pause() {
 	case l.freezer():
 		err = l.cgroup.freeze()
 	case l.machine != nil:
-		err = freezeTrees([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
+		err = proctree.Freeze([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
 	default:
-		err = freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+		err = proctree.Freeze(treeRoots(l.liveProcesses()), 5*time.Second)
 	}
 	if err != nil {
 		l.server.log.Warn("pausing a sandbox failed", "sandbox", l.id, "err", err)
@@ -482,7 +484,7 @@ func (l *lease) resume() {
 	if l.freezer() {
 		err = l.cgroup.thaw()
 	} else {
-		err = signalTrees(l.hostRoots(), sigCont)
+		err = proctree.Signal(l.hostRoots(), sigCont)
 	}
 	if err != nil {
 		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)

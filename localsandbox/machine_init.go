@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/confine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
 // The lease init: pid 1 of a lease.
@@ -212,8 +213,8 @@ func (in *leaseInit) handle(req *machineRequest, fds []int) {
 			// The supervisor's tree holds every descendant (it is their
 			// subreaper): stop them all, then kill them.
 			roots := []int{c.pid}
-			freezeTrees(roots, killConfirmTimeout/10)
-			signalTrees(roots, syscall.SIGKILL)
+			proctree.Freeze(roots, killConfirmTimeout/10)
+			proctree.Signal(roots, syscall.SIGKILL)
 		}
 	default:
 		closeAll(fds)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -510,8 +511,8 @@ func (p *process) kill() {
 		return
 	}
 	roots := []int{p.cmd.Process.Pid}
-	freezeTrees(roots, time.Second)
-	signalTrees(roots, syscall.SIGKILL)
+	proctree.Freeze(roots, time.Second)
+	proctree.Signal(roots, syscall.SIGKILL)
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,42 +188,6 @@ func (s *Server) takeRoot() error {
 		return fmt.Errorf("localsandbox: root %s is in use by another server", root)
 	}
 	s.lock = f
-	return nil
-}
-
-// sweep kills every process a previous server on this root left running
-// and removes its leases.
-func (s *Server) sweep() error {
-	for attempt := 0; ; attempt++ {
-		pids, err := SandboxProcesses(s.opts.Root)
-		if err != nil {
-			return fmt.Errorf("localsandbox: sweep: %w", err)
-		}
-		if len(pids) == 0 {
-			break
-		}
-		if attempt == 0 {
-			s.log.Warn("killing processes left behind by a previous server", "root", s.opts.Root, "count", len(pids))
-		}
-		if attempt == 100 {
-			return fmt.Errorf("localsandbox: sweep: %d leftover processes do not die", len(pids))
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s.sweepDisks()
-	dir := filepath.Join(s.opts.Root, leasesDir)
-	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("localsandbox: sweep: %w", err)
-	}
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return fmt.Errorf("localsandbox: %w", err)
-	}
 	return nil
 }
 
@@ -437,16 +402,16 @@ func (s *Server) Stats() (Stats, error) {
 		leases = append(leases, l)
 	}
 	s.mu.Unlock()
-	t, err := readProcTable()
+	t, err := proctree.Read()
 	if err != nil {
 		return Stats{}, err
 	}
 	n := 0
 	for _, l := range leases {
 		if m, _ := l.parts(); m != nil {
-			n += t.count(t.children[m.pid()])
+			n += t.Count(t.Children(m.pid()))
 		} else {
-			n += t.count(treeRoots(l.liveProcesses()))
+			n += t.Count(treeRoots(l.liveProcesses()))
 		}
 	}
 	return Stats{Leases: len(leases), Processes: n, ProcessesStarted: s.started.Load()}, nil
