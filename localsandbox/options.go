@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 )
 
 // Isolation is how a server separates leases from the host and from each
@@ -284,8 +286,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DiskBudgetMiB < 0 {
 		return o, fmt.Errorf("localsandbox: DiskBudgetMiB must not be negative")
 	}
-	if o.JournalBytes < maxChunk {
-		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", maxChunk)
+	if o.JournalBytes < journal.MaxChunk {
+		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", journal.MaxChunk)
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +31,7 @@ type process struct {
 	// untilExit: the journal is complete at the main process's exit (an
 	// exec in a lease, whose background processes may keep its pipes).
 	untilExit bool
-	journal   *journal
+	journal   *journal.Journal
 	record    *ProcessRecord // owned by the server's history; guarded by history.mu
 
 	// What the API shows of it: the command, its working directory, when
@@ -52,7 +53,7 @@ type process struct {
 	done       chan struct{}    // closed once the tree is gone and the journal complete
 
 	mu       sync.Mutex
-	exit     *exitStatus
+	exit     *journal.ExitStatus
 	finished time.Time // when exit was set
 
 	retired bool // filed by lease.retireLocked; guarded by lease.mu
@@ -110,7 +111,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 	files.closeChildEnds() // ours would keep the pipes open
 
 	p.id = newID("proc-")
-	p.journal = newJournal(s.opts.JournalBytes, s.opts.StallTimeout)
+	p.journal = journal.New(s.opts.JournalBytes, s.opts.StallTimeout)
 	p.record = s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: p.id, Argv: argv, Exec: oneShot, Start: time.Now()})
 	p.stdin = files.stdinW
 	pumpDone := make(chan struct{})
@@ -280,7 +281,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 		{Fd: int32(stderrR), Events: unix.POLLIN},
 		{Fd: int32(statusR), Events: unix.POLLIN},
 	}
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, journal.MaxChunk)
 	var status []byte
 	open := len(fds)
 	closeFD := func(i int) {
@@ -292,7 +293,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 	read := func(i int) (n int, more bool) {
 		n, err := unix.Read(int(fds[i].Fd), buf)
 		if n > 0 {
-			p.output(stream(i), buf[:n])
+			p.output(journal.Stream(i), buf[:n])
 			return n, true
 		}
 		if err == unix.EAGAIN || err == unix.EINTR {
@@ -304,7 +305,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 	drain := func(i int) {
 		limit, err := unix.FcntlInt(uintptr(fds[i].Fd), unix.F_GETPIPE_SZ, 0)
 		if err != nil {
-			limit = maxChunk
+			limit = journal.MaxChunk
 		}
 		for total := 0; fds[i].Fd >= 0 && total < limit; {
 			n, more := read(i)
@@ -381,7 +382,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 						drain(i)
 					}
 				}
-				p.setExit(exitStatus{Code: msg.ExitCode, Signal: msg.Signal})
+				p.setExit(journal.ExitStatus{Code: msg.ExitCode, Signal: msg.Signal})
 			} else {
 				select {
 				case p.startCh <- msg:
@@ -405,7 +406,7 @@ func discard(fds []int) {
 	for i, fd := range fds {
 		poll[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	}
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, journal.MaxChunk)
 	for open := len(poll); open > 0; {
 		if _, err := unix.Poll(poll, -1); err != nil && err != unix.EINTR {
 			break
@@ -432,16 +433,16 @@ func discard(fds []int) {
 const headBytes = 4 << 10
 
 // output appends a copy of data to the journal.
-func (p *process) output(s stream, data []byte) {
+func (p *process) output(s journal.Stream, data []byte) {
 	chunk := bytes.Clone(data)
-	if s == stdoutStream {
+	if s == journal.Stdout {
 		p.lease.server.history.appendStdout(p.record, chunk)
 	}
-	p.journal.append(s, chunk)
+	p.journal.Append(s, chunk)
 }
 
 // setExit records the main process's exit status, once.
-func (p *process) setExit(st exitStatus) {
+func (p *process) setExit(st journal.ExitStatus) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exit != nil {
@@ -449,16 +450,16 @@ func (p *process) setExit(st exitStatus) {
 	}
 	p.exit = &st
 	p.finished = time.Now()
-	p.journal.setExit(st)
+	p.journal.SetExit(st)
 	close(p.mainExited)
 }
 
 // exitStatus returns the main process's exit status, if it is known.
-func (p *process) exitStatus() (exitStatus, bool) {
+func (p *process) exitStatus() (journal.ExitStatus, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exit == nil {
-		return exitStatus{}, false
+		return journal.ExitStatus{}, false
 	}
 	return *p.exit, true
 }
@@ -466,12 +467,12 @@ func (p *process) exitStatus() (exitStatus, bool) {
 // finish runs once the init was reaped and its pipes are closed: nothing of
 // the tree is left.
 func (p *process) finish(s *Server) {
-	st := exitStatus{Signal: "SIGKILL"}
+	st := journal.ExitStatus{Signal: "SIGKILL"}
 	if p.cmd == nil {
 	} else if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			// The init was killed, and with it the command.
-			st = exitStatus{Signal: unix.SignalName(ws.Signal())}
+			st = journal.ExitStatus{Signal: unix.SignalName(ws.Signal())}
 		}
 	}
 	p.setExit(st)
@@ -502,7 +503,7 @@ func (p *process) signal(sig syscall.Signal) {
 // process-group mode. An exec in a lease whose main process has exited has
 // no tree anymore: what it left running belongs to the lease.
 func (p *process) kill() {
-	p.journal.release()
+	p.journal.Release()
 	if p.machine != nil {
 		if _, exited := p.exitStatus(); exited && p.oneShot {
 			return
@@ -526,7 +527,7 @@ func (p *process) terminate(grace time.Duration) bool {
 	default:
 	}
 	p.terminating.Store(true)
-	p.journal.release()
+	p.journal.Release()
 	if grace > 0 {
 		p.signal(syscall.SIGTERM)
 		timer := time.NewTimer(grace)

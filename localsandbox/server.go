@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -261,7 +262,7 @@ func (s *Server) probe() error {
 	case <-time.After(startTimeout):
 		return errors.New("the probe did not finish")
 	}
-	if st, _ := p.exitStatus(); st != (exitStatus{}) {
+	if st, _ := p.exitStatus(); st != (journal.ExitStatus{}) {
 		return fmt.Errorf("the probe ended with %+v", st)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,7 +36,7 @@ func TestBrokenStatusChannelKillsTheTree(t *testing.T) {
 				}
 			}
 			l := &lease{server: ts.srv, id: "status-test"}
-			p := &process{lease: l, cmd: cmd, journal: newJournal(DefaultJournalBytes, time.Second),
+			p := &process{lease: l, cmd: cmd, journal: journal.New(DefaultJournalBytes, time.Second),
 				record: &ProcessRecord{}, startCh: make(chan initMessage, 1), mainExited: make(chan struct{}), done: make(chan struct{})}
 			pumped := make(chan struct{})
 			go func() { defer close(pumped); p.pump(ts.srv, fds[0][0], fds[1][0], fds[2][0]) }()
