@@ -28,19 +28,22 @@
 // says so. See the README for what neither mode protects against.
 //
 // The lease machine lives in files named for what they hold: machine.go
-// (the server's side of a lease init), machine_init.go (the init itself),
-// rootfs.go (the root file system), cgroups.go and freezer.go (the
-// shape's limits, pause), disk.go (the lease's disk), fork.go and
-// autopause.go; initproc.go holds the supervisor of a managed process. The
-// API is http.go (envelopes, authentication) and the api_*.go files.
+// (the server's side of a lease init), rootfs.go (the root file system),
+// cgroups.go and freezer.go (the shape's limits, pause), disk.go (the
+// lease's disk), fork.go and autopause.go; internal/leaseinit holds what
+// runs inside a lease (the init, the supervisor of a managed process), and
+// internal/journal the output journal. The API is http.go (envelopes,
+// authentication) and the api_*.go files.
 //
 // # The init hook
 //
 // Lease inits and supervisors are re-executions of the server's own binary
-// with a marker argv[0] ("sandboxflow-init"): this package's init function
-// turns such a process into what it is meant to be before main runs.
-// Programs and test binaries that link the package therefore need nothing
-// special; the hook does nothing in any process not started that way.
+// with a marker argv[0] ("sandboxflow-init"): the init function of package
+// internal/leaseinit, which this package links, turns such a process into
+// what it is meant to be before main runs, and before the package inits of
+// everything leaseinit does not import. Programs and test binaries that
+// link the package therefore need nothing special; the hook does nothing
+// in any process not started that way.
 //
 // # Test hooks
 //

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // Fork.
@@ -178,7 +180,7 @@ func (s *Server) reserveFork(spec leaseSpec) (*lease, error) {
 // (the overlay's whiteouts), with GNU cp.
 func copyLeaseFiles(src, dst *lease) error {
 	var copies []string
-	for _, dir := range []string{upperDir, "workspace", "tmp"} {
+	for _, dir := range []string{leaseinit.UpperDir, leaseinit.WorkspaceDir, leaseinit.TmpDir} {
 		from, to := filepath.Join(src.dir, dir), filepath.Join(dst.dir, dir)
 		out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", from, to).CombinedOutput()
 		if err != nil {

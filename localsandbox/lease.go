@@ -12,13 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
-)
-
-// Where a lease's directories appear to its processes in namespace mode.
-const (
-	sandboxWorkspace = "/workspace"
-	sandboxTmp       = "/tmp"
 )
 
 // Lease states, as the protocol names them.
@@ -144,10 +139,10 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		envs:       spec.envs,
 		forkedFrom: spec.forkedFrom,
 	}
-	l.workspaceHost = filepath.Join(l.dir, "workspace")
-	l.tmpHost = filepath.Join(l.dir, "tmp")
+	l.workspaceHost = filepath.Join(l.dir, leaseinit.WorkspaceDir)
+	l.tmpHost = filepath.Join(l.dir, leaseinit.TmpDir)
 	if l.isolation == IsolationNamespaces {
-		l.workspace, l.tmp = sandboxWorkspace, sandboxTmp
+		l.workspace, l.tmp = leaseinit.Workspace, leaseinit.Tmp
 	} else {
 		l.workspace, l.tmp = l.workspaceHost, l.tmpHost
 	}
@@ -544,7 +539,7 @@ func (l *lease) removeDirs() error {
 	}
 	// The overlays leave their work/<layer>/work directories mode 000,
 	// which only a root server could remove as they are.
-	if works, err := filepath.Glob(filepath.Join(l.dir, workDir, "*", "work")); err == nil {
+	if works, err := filepath.Glob(filepath.Join(l.dir, leaseinit.WorkDir, "*", "work")); err == nil {
 		for _, w := range works {
 			os.Chmod(w, 0o700)
 		}

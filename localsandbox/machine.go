@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,40 +48,6 @@ type machine struct {
 	cgroup leaseCgroup   // the lease's, thawed after the kill (nil: none)
 }
 
-// Spawn kinds: an exec is forked by the init itself (cheap: no new binary
-// is loaded); a managed process runs under a supervisor, a child subreaper
-// that holds its tree together, so that its tree can be waited for and
-// killed as a whole.
-const (
-	kindExec    = "exec"
-	kindProcess = "process"
-)
-
-// machineRequest is one message from the server to a lease init.
-type machineRequest struct {
-	Op     string   `json:"op"` // "spawn", "signal" or "kill"
-	ID     uint64   `json:"id"`
-	Kind   string   `json:"kind,omitempty"`
-	Argv   []string `json:"argv,omitempty"`
-	Cwd    string   `json:"cwd,omitempty"`
-	Env    []string `json:"env,omitempty"`
-	Signal int      `json:"signal,omitempty"`
-}
-
-// machineReply is the init's one message to the server: ready, or why not.
-type machineReply struct {
-	Ready   bool   `json:"ready,omitempty"`
-	Failure string `json:"failure,omitempty"`
-}
-
-// Bounds of the control channel. A reply longer than maxReplyBytes, or one
-// that does not parse, is a protocol failure: the init is killed.
-const (
-	maxReplyBytes   = 4 << 10
-	maxRequestBytes = 4 << 20 // argv and environment of one command
-	maxRequestFDs   = 64
-)
-
 // errMachineGone means the lease init is not running anymore.
 var errMachineGone = errors.New("the sandbox's init is gone")
 
@@ -92,12 +59,12 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF} {
-		if unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+		if unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, opt, 2*leaseinit.MaxRequestBytes) == nil {
 			break
 		}
 	}
 	for _, opt := range []int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF} {
-		if unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+		if unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, opt, 2*leaseinit.MaxRequestBytes) == nil {
 			break
 		}
 	}
@@ -106,7 +73,7 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	uids, gids := l.idMappings()
 	m.cmd = &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{initArg0, s.opts.Root, leaseInitArg},
+		Args:       []string{leaseinit.Arg0, s.opts.Root, leaseinit.LeaseArg},
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -146,9 +113,7 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	if err == nil {
 		err = m.send(cfg, files)
 	}
-	for _, f := range files {
-		unix.Close(f)
-	}
+	closeFDs(files)
 	if err == nil {
 		err = m.awaitReady()
 	}
@@ -162,12 +127,12 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 // awaitReady reads the init's reply to its configuration.
 func (m *machine) awaitReady() error {
 	type result struct {
-		reply machineReply
+		reply leaseinit.Reply
 		err   error
 	}
 	got := make(chan result, 1)
 	go func() {
-		buf := make([]byte, maxReplyBytes+1)
+		buf := make([]byte, leaseinit.MaxReplyBytes+1)
 		for {
 			n, _, _, _, err := unix.Recvmsg(m.ctl, buf, nil, 0)
 			if err == unix.EINTR {
@@ -178,10 +143,10 @@ func (m *machine) awaitReady() error {
 				got <- result{err: fmt.Errorf("the lease init: %w", err)}
 			case n == 0:
 				got <- result{err: errors.New("the lease init ended while setting up")}
-			case n > maxReplyBytes:
+			case n > leaseinit.MaxReplyBytes:
 				got <- result{err: errors.New("the lease init broke the protocol: its reply is too long")}
 			default:
-				var r machineReply
+				var r leaseinit.Reply
 				if json.Unmarshal(buf[:n], &r) != nil || r.Ready == (r.Failure != "") {
 					got <- result{err: errors.New("the lease init broke the protocol: a garbled reply")}
 				} else {
@@ -191,7 +156,7 @@ func (m *machine) awaitReady() error {
 			return
 		}
 	}()
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(leaseinit.StartTimeout)
 	defer timer.Stop()
 	select {
 	case r := <-got:
@@ -213,7 +178,7 @@ func (m *machine) send(msg any, fds []int) error {
 	if err != nil {
 		return err
 	}
-	if len(b) > maxRequestBytes {
+	if len(b) > leaseinit.MaxRequestBytes {
 		return &startError{"the command line and environment are too long"}
 	}
 	var oob []byte
@@ -244,19 +209,19 @@ func (m *machine) send(msg any, fds []int) error {
 // stdout, stderr, status); it returns the command's id in the machine.
 func (m *machine) spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
 	id := m.nextID.Add(1)
-	err := m.send(machineRequest{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
+	err := m.send(leaseinit.Request{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
 	return id, err
 }
 
 // signal delivers sig to command id: an exec's process group, or a managed
 // process's supervisor (which forwards it to its tree).
 func (m *machine) signal(id uint64, sig syscall.Signal) {
-	m.send(machineRequest{Op: "signal", ID: id, Signal: int(sig)}, nil)
+	m.send(leaseinit.Request{Op: "signal", ID: id, Signal: int(sig)}, nil)
 }
 
 // kill kills command id's tree.
 func (m *machine) kill(id uint64) {
-	m.send(machineRequest{Op: "kill", ID: id}, nil)
+	m.send(leaseinit.Request{Op: "kill", ID: id}, nil)
 }
 
 // stop kills the init, and with it every process of the lease, and waits
@@ -267,7 +232,7 @@ func (m *machine) stop() bool {
 		// A frozen process dies only once thawed.
 		m.cgroup.thaw()
 	}
-	timer := time.NewTimer(killConfirmTimeout)
+	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
 	select {
 	case <-m.exited:

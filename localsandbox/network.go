@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,7 +182,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg leaseCgroup) (_ *leaseNe
 			n.close()
 		}
 	}()
-	if err := inNetns(ns, loopbackUp); err != nil {
+	if err := inNetns(ns, leaseinit.LoopbackUp); err != nil {
 		return nil, err
 	}
 	if s.opts.Egress == EgressOff {
@@ -213,7 +214,7 @@ func (s *Server) writeResolvConf(l *lease) error {
 		return err
 	}
 	const file = "/etc/resolv.conf"
-	var best *rootLayer
+	var best *leaseinit.Layer
 	for i := range layers {
 		ly := &layers[i]
 		if (ly.Target == "/" || strings.HasPrefix(file, ly.Target+"/")) && (best == nil || len(ly.Target) > len(best.Target)) {
@@ -224,7 +225,7 @@ func (s *Server) writeResolvConf(l *lease) error {
 		return nil
 	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(file, best.Target), "/")
-	dir := filepath.Join(l.dir, upperDir, best.Name)
+	dir := filepath.Join(l.dir, leaseinit.UpperDir, best.Name)
 	for _, part := range strings.Split(filepath.Dir(rel), "/") {
 		if part == "." {
 			break
@@ -310,7 +311,7 @@ func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
 		_, err := readyR.Read(b[:])
 		ready <- err
 	}()
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(leaseinit.StartTimeout)
 	defer timer.Stop()
 	select {
 	case err := <-ready:
@@ -354,7 +355,7 @@ func (n *leaseNet) close() {
 		n.slirpExit.Close()
 		select {
 		case <-n.slirpDone:
-		case <-time.After(killConfirmTimeout):
+		case <-time.After(leaseinit.KillConfirmTimeout):
 			slirp.Process.Kill()
 			<-n.slirpDone
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // Isolation is how a server separates leases from the host and from each
@@ -252,7 +253,7 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("localsandbox: read-only path %q must be a clean absolute path below /", p)
 		}
 		switch p {
-		case sandboxWorkspace, sandboxTmp, "/proc", "/dev":
+		case leaseinit.Workspace, leaseinit.Tmp, "/proc", "/dev":
 			return o, fmt.Errorf("localsandbox: read-only path %q is reserved", p)
 		}
 	}

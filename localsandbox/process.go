@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -48,9 +49,9 @@ type process struct {
 	stdinMu sync.Mutex
 	stdin   *os.File // nil once closed
 
-	startCh    chan initMessage // the init's first message
-	mainExited chan struct{}    // closed once the exit status is known
-	done       chan struct{}    // closed once the tree is gone and the journal complete
+	startCh    chan leaseinit.Status // the init's first message
+	mainExited chan struct{}         // closed once the exit status is known
+	done       chan struct{}         // closed once the tree is gone and the journal complete
 
 	mu       sync.Mutex
 	exit     *journal.ExitStatus
@@ -64,13 +65,6 @@ type process struct {
 type startError struct{ msg string }
 
 func (e *startError) Error() string { return e.msg }
-
-// killConfirmTimeout bounds how long a tree may take to disappear after
-// SIGKILL before the server says it cannot confirm it.
-const killConfirmTimeout = 10 * time.Second
-
-// startTimeout bounds how long a new init may take to report.
-const startTimeout = 30 * time.Second
 
 // spawn starts argv in the lease: through its lease init in namespace
 // mode, under a new supervisor on the host in process-group mode. It
@@ -87,14 +81,14 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		argv:       argv,
 		cwd:        l.resolveCwd(cwd),
 		created:    time.Now(),
-		startCh:    make(chan initMessage, 1),
+		startCh:    make(chan leaseinit.Status, 1),
 		mainExited: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	if l.machine != nil {
-		kind := kindProcess
+		kind := leaseinit.KindProcess
 		if oneShot {
-			kind = kindExec
+			kind = leaseinit.KindExec
 		}
 		p.machine = l.machine
 		p.untilExit = oneShot
@@ -130,9 +124,9 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		p.finish(s)
 	}()
 
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(leaseinit.StartTimeout)
 	defer timer.Stop()
-	var msg initMessage
+	var msg leaseinit.Status
 	select {
 	case msg = <-p.startCh:
 	case <-p.done:
@@ -155,7 +149,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 	}
 	<-p.done
 	s.history.remove(p.record)
-	if msg.FailureKind == failCwd || msg.FailureKind == failCommand {
+	if msg.FailureKind == leaseinit.FailCwd || msg.FailureKind == leaseinit.FailCommand {
 		return nil, &startError{msg.Failure}
 	}
 	return nil, fmt.Errorf("setting up the sandbox: %s", msg.Failure)
@@ -164,7 +158,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 // startSupervisor starts argv under a new supervisor on the host, for
 // process-group mode.
 func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []string, files *initFiles) (*exec.Cmd, error) {
-	cfg := initConfig{
+	cfg := leaseinit.SupervisorConfig{
 		Argv:          argv,
 		Cwd:           l.resolveCwd(cwd),
 		Env:           env,
@@ -183,7 +177,7 @@ func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []stri
 	defer configR.Close()
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
-		Args: []string{initArg0, s.opts.Root},
+		Args: []string{leaseinit.Arg0, s.opts.Root},
 		// Nothing of the server's environment. A race-detector build of the
 		// server would otherwise pause every init for a second at exit.
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
@@ -263,11 +257,6 @@ func (f *initFiles) closeAll() {
 		}
 	}
 }
-
-// maxStatusLine bounds a line on a status pipe. A longer line, or one that
-// does not parse, is a protocol failure: the tree is killed, and nothing of
-// the line is taken for an exit status.
-const maxStatusLine = 4 << 10
 
 // pump moves output from the pipes into the journal and reads the init's
 // messages, until every pipe is closed (or, with untilExit, until the exit
@@ -365,13 +354,13 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 		for fds[2].Fd >= 0 {
 			line, rest, ok := bytes.Cut(status, []byte{'\n'})
 			if !ok {
-				if len(status) > maxStatusLine {
+				if len(status) > leaseinit.MaxStatusLine {
 					protocolFailure()
 				}
 				break
 			}
 			status = rest
-			msg, ok := decodeStatusLine(line)
+			msg, ok := leaseinit.DecodeStatus(line)
 			if !ok {
 				protocolFailure()
 				break
@@ -539,7 +528,7 @@ func (p *process) terminate(grace time.Duration) bool {
 		}
 	}
 	p.kill()
-	timer := time.NewTimer(killConfirmTimeout)
+	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:

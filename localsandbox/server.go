@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -259,7 +260,7 @@ func (s *Server) probe() error {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(startTimeout):
+	case <-time.After(leaseinit.StartTimeout):
 		return errors.New("the probe did not finish")
 	}
 	if st, _ := p.exitStatus(); st != (journal.ExitStatus{}) {

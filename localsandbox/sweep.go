@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
@@ -67,7 +68,7 @@ const rootMarkerEnv = "SANDBOXFLOW_ROOT"
 // A process that has cleared its environment and left its init (possible
 // only in process-group mode, after its init was killed) escapes it.
 func SandboxProcesses(root string) ([]int, error) {
-	wantArgv := []byte(initArg0 + "\x00" + root)
+	wantArgv := []byte(leaseinit.Arg0 + "\x00" + root)
 	wantEnv := []byte(rootMarkerEnv + "=" + root)
 	if root != "" {
 		wantArgv = append(wantArgv, 0)
