@@ -27,12 +27,11 @@
 // namespaces are unavailable, the server falls back to process groups and
 // says so. See the README for what neither mode protects against.
 //
-// The lease machine lives in files named for what they hold: machine.go
-// (the server's side of a lease init), rootfs.go (the root file system),
-// cgroups.go and freezer.go (the shape's limits, pause), disk.go (the
-// lease's disk), fork.go and autopause.go; internal/leaseinit holds what
-// runs inside a lease (the init, the supervisor of a managed process), and
-// internal/journal the output journal. The API is http.go (envelopes,
+// The lease machine lives in internal/machine (the server's side of a
+// lease init, the root file system's layout, cgroups and the freezer, the
+// lease's disk, host ids) and internal/leaseinit (what runs inside a
+// lease: the init, the supervisor of a managed process); the output
+// journal in internal/journal. The API is http.go (envelopes,
 // authentication) and the api_*.go files.
 //
 // # The init hook

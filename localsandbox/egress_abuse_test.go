@@ -174,20 +174,14 @@ func TestEgressPathCountsAgainstTheLeasesShape(t *testing.T) {
 	needNetwork(t)
 	ts := startServer(t, Options{Egress: EgressAny})
 	lm := ts.srv.limiter
-	if !lm.enforces("cpu") {
+	if !lm.Enforces("cpu") {
 		t.Skip("the server has no cpu cgroup")
 	}
 	sb := ts.createWith(nil)
 	ts.srv.mu.Lock()
 	slirp := strconv.Itoa(ts.srv.leases[sb.ID].net.slirp.Process.Pid)
 	ts.srv.mu.Unlock()
-	var dirs []string
-	if lm.version == cgroupV2 {
-		dirs = []string{filepath.Join(cgroupRoot, lm.parent, sb.ID)}
-	}
-	for _, c := range lm.v1 {
-		dirs = append(dirs, filepath.Join(cgroupRoot, c, lm.parent, sb.ID))
-	}
+	dirs := lm.Dirs(sb.ID)
 	for _, dir := range dirs {
 		procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {

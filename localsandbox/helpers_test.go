@@ -409,13 +409,17 @@ func (ts *testServer) leaseInit(lease string) int {
 	if l == nil || l.machine == nil {
 		ts.t.Fatalf("lease %s has no init", lease)
 	}
-	return l.machine.pid()
+	return l.machine.Pid()
 }
 
 // freezerState reads the lease's cgroup v1 freezer state ("" without one).
 func (ts *testServer) freezerState(lease string) string {
-	b, _ := os.ReadFile(filepath.Join(cgroupRoot, "freezer", ts.srv.limiter.parent, lease, "freezer.state"))
-	return strings.TrimSpace(string(b))
+	for _, dir := range ts.srv.limiter.Dirs(lease) {
+		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
 }
 
 // status returns the sandbox's status.

@@ -232,12 +232,12 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	if l.freezer() {
 		// The whole lease, its init too, is frozen by the kernel: a frozen
 		// task shows as D (v1), and SIGCONT does not wake it.
-		proctree.Signal([]int{l.machine.pid()}, syscall.SIGCONT)
+		proctree.Signal([]int{l.machine.Pid()}, syscall.SIGCONT)
 		if state := ts.freezerState(lease); state != "FROZEN" {
 			t.Errorf("the lease's freezer is %q while paused", state)
 		}
 		table, _ = proctree.Read()
-		roots = []int{l.machine.pid()}
+		roots = []int{l.machine.Pid()}
 	}
 	for _, p := range table.Tree(roots[0]) {
 		if s := table.State(p); s != 'T' && s != 'Z' && !(l.freezer() && s == 'D') {

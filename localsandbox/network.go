@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"golang.org/x/sys/unix"
 )
 
@@ -162,7 +162,7 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 // cannot: the init then makes its own), with loopback up, the egress
 // table in place and, unless egress is off, slirp4netns attached and in
 // the lease's cgroup cg (when it has one).
-func (s *Server) newLeaseNet(l *lease, spec netSpec, cg leaseCgroup) (_ *leaseNet, err error) {
+func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (_ *leaseNet, err error) {
 	if spec.dropped > 0 {
 		// The view says what is in force; the operator learns here why a
 		// lease has less than it asked. Counts only: a rule names a host.
@@ -209,45 +209,15 @@ const resolvConf = "# written by sandboxd: the user-mode network's resolver (sli
 // writeResolvConf puts /etc/resolv.conf into the upper layer of l's root
 // that holds /etc, over the lower layer's.
 func (s *Server) writeResolvConf(l *lease) error {
-	layers, _, err := s.rootLayers(l)
-	if err != nil {
-		return err
-	}
-	const file = "/etc/resolv.conf"
-	var best *leaseinit.Layer
-	for i := range layers {
-		ly := &layers[i]
-		if (ly.Target == "/" || strings.HasPrefix(file, ly.Target+"/")) && (best == nil || len(ly.Target) > len(best.Target)) {
-			best = ly
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	rel := strings.TrimPrefix(strings.TrimPrefix(file, best.Target), "/")
-	dir := filepath.Join(l.dir, leaseinit.UpperDir, best.Name)
-	for _, part := range strings.Split(filepath.Dir(rel), "/") {
-		if part == "." {
-			break
-		}
-		dir = filepath.Join(dir, part)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		if err := l.chown(dir); err != nil {
-			return err
-		}
-	}
-	path := filepath.Join(dir, filepath.Base(rel))
-	if err := os.WriteFile(path, []byte(resolvConf), 0o644); err != nil {
+	if err := s.machineSpec(l).WriteRootFile("/etc/resolv.conf", []byte(resolvConf)); err != nil {
 		return fmt.Errorf("the lease's resolv.conf: %w", err)
 	}
-	return l.chown(path)
+	return nil
 }
 
 // startSlirp attaches slirp4netns to the namespace, in the lease's cgroup
 // cg, and waits until it has configured tap0.
-func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
+func (n *leaseNet) startSlirp(s *Server, cg machine.Cgroup) error {
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -299,7 +269,7 @@ func (n *leaseNet) startSlirp(s *Server, cg leaseCgroup) error {
 	// and memory count against the lease's shape, not the host's spare
 	// cores, and pausing the lease freezes its network too.
 	if cg != nil {
-		if err := cg.addProc(cmd.Process.Pid); err != nil {
+		if err := cg.AddProc(cmd.Process.Pid); err != nil {
 			cmd.Process.Kill()
 			<-n.slirpDone
 			return fmt.Errorf("slirp4netns into the lease's cgroup: %w", err)
@@ -498,7 +468,7 @@ func (s *Server) networkView(l *lease) (egress []string, ingress bool, v *networ
 	if slirp {
 		v.Path = "slirp4netns"
 		if m, _ := l.parts(); m != nil {
-			if c, ok := readNetCounters(m.pid()); ok {
+			if c, ok := readNetCounters(m.Pid()); ok {
 				v.BytesIn, v.BytesOut = c.rx, c.tx
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +28,7 @@ type process struct {
 	// cmd is the supervisor on the host (process-group mode); in namespace
 	// mode the command is machineID of the lease's machine instead.
 	cmd       *exec.Cmd
-	machine   *machine
+	machine   *machine.Machine
 	machineID uint64
 	// untilExit: the journal is complete at the main process's exit (an
 	// exec in a lease, whose background processes may keep its pipes).
@@ -93,7 +94,10 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		p.machine = l.machine
 		p.untilExit = oneShot
 		fds := []int{int(files.stdinR.Fd()), int(files.stdoutW.Fd()), int(files.stderrW.Fd()), int(files.statusW.Fd())}
-		p.machineID, err = l.machine.spawn(kind, argv, p.cwd, env, fds)
+		p.machineID, err = l.machine.Spawn(kind, argv, p.cwd, env, fds)
+		if errors.Is(err, machine.ErrCommandTooLong) {
+			err = &startError{err.Error()}
+		}
 		if err != nil {
 			files.closeAll()
 			return nil, err
@@ -481,7 +485,7 @@ func (p *process) signal(sig syscall.Signal) {
 		return
 	}
 	if p.machine != nil {
-		p.machine.signal(p.machineID, sig)
+		p.machine.Signal(p.machineID, sig)
 		return
 	}
 	p.cmd.Process.Signal(sig)
@@ -497,7 +501,7 @@ func (p *process) kill() {
 		if _, exited := p.exitStatus(); exited && p.oneShot {
 			return
 		}
-		p.machine.kill(p.machineID)
+		p.machine.Kill(p.machineID)
 		return
 	}
 	roots := []int{p.cmd.Process.Pid}

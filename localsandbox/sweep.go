@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
@@ -36,7 +37,7 @@ func (s *Server) sweep() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.sweepDisks()
+	machine.SweepDisks(filepath.Join(s.opts.Root, leasesDir), filepath.Join(s.opts.Root, disksDir))
 	dir := filepath.Join(s.opts.Root, leasesDir)
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))

@@ -1,4 +1,4 @@
-package localsandbox
+package machine
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 // The lease machine, server side.
 //
 // In namespace mode a lease is a small machine: creating the sandbox starts
-// its lease init (machine_init.go), pid 1 of the lease's own user, mount,
+// its lease init (package leaseinit), pid 1 of the lease's own user, mount,
 // PID, UTS, IPC and network namespaces, which lives as long as the sandbox.
 // Every exec and managed process is forked by that init, so the processes
 // of a lease see each other, share 127.0.0.1 and its root file system, and
@@ -28,15 +28,12 @@ import (
 //
 // The server talks to the init over a SOCK_SEQPACKET socket pair: one
 // request per message (JSON, with the stdio pipes of a new command attached
-// as SCM_RIGHTS), one bounded reply at start. Each command's own status
-// (started, exited) comes back on a pipe of its own, read by its pump.
-//
-//	server ──spawn{argv,cwd,env} + [stdin stdout stderr status]──▶ lease init
-//	server ──signal{id,sig} / kill{id}──────────────────────────▶ lease init
-//	server ◀──────────────────────── {"started"} {"exited",code} on status ─ init or supervisor
+// as SCM_RIGHTS), one bounded reply at start (leaseinit/protocol.go). Each
+// command's own status (started, exited) comes back on a pipe of its own,
+// read by the server's pump.
 
-// machine is a running lease init, as the server holds it.
-type machine struct {
+// Machine is a running lease init, as the server holds it.
+type Machine struct {
 	cmd    *exec.Cmd
 	ctl    int // our end of the control socket
 	nextID atomic.Uint64
@@ -45,15 +42,22 @@ type machine struct {
 	closed bool // guarded by sendMu; the control socket is closed
 
 	exited chan struct{} // closed once the init was reaped: nothing of the lease is left
-	cgroup leaseCgroup   // the lease's, thawed after the kill (nil: none)
+	cgroup Cgroup        // the lease's, thawed after the kill (nil: none)
 }
 
-// errMachineGone means the lease init is not running anymore.
-var errMachineGone = errors.New("the sandbox's init is gone")
+// ErrGone means the lease init is not running anymore.
+var ErrGone = errors.New("the sandbox's init is gone")
 
-// startMachine starts the lease init of l and waits until it has built the
-// lease's environment.
-func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
+// ErrCommandTooLong means a command's argv and environment do not fit in
+// one request to the init.
+var ErrCommandTooLong = errors.New("the command line and environment are too long")
+
+// Start starts the lease init of the lease sp describes, in its cgroup cg
+// (nil: none), and waits until it has built the lease's environment. start
+// starts the init's command, cloned with every namespace: nil is
+// (*exec.Cmd).Start; network.Net.Start starts it in the network namespace
+// the server made for the lease instead of a new one.
+func Start(sp *Spec, cg Cgroup, start func(*exec.Cmd) error) (*Machine, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -69,11 +73,11 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 		}
 	}
 	childEnd := os.NewFile(uintptr(fds[1]), "control")
-	m := &machine{ctl: fds[0], exited: make(chan struct{})}
-	uids, gids := l.idMappings()
+	m := &Machine{ctl: fds[0], exited: make(chan struct{})}
+	uids, gids := sp.idMappings()
 	m.cmd = &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{leaseinit.Arg0, s.opts.Root, leaseinit.LeaseArg},
+		Args:       []string{leaseinit.Arg0, sp.ServerRoot, leaseinit.LeaseArg},
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -89,7 +93,10 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 		},
 	}
-	if err := l.net.start(m.cmd); err != nil {
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
+	if err := start(m.cmd); err != nil {
 		childEnd.Close()
 		unix.Close(m.ctl)
 		return nil, fmt.Errorf("starting the lease init: %w", err)
@@ -103,13 +110,13 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	if cg != nil {
 		// Before the init forks anything: every process of the lease is in
 		// the group.
-		if err := cg.addProc(m.cmd.Process.Pid); err != nil {
-			m.stop()
+		if err := cg.AddProc(m.cmd.Process.Pid); err != nil {
+			m.Stop()
 			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
 		}
 	}
 
-	cfg, files, err := s.machineSetup(l, m.cmd.Process.Pid)
+	cfg, files, err := sp.setup(m.cmd.Process.Pid)
 	if err == nil {
 		err = m.send(cfg, files)
 	}
@@ -118,14 +125,14 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 		err = m.awaitReady()
 	}
 	if err != nil {
-		m.stop()
+		m.Stop()
 		return nil, err
 	}
 	return m, nil
 }
 
 // awaitReady reads the init's reply to its configuration.
-func (m *machine) awaitReady() error {
+func (m *Machine) awaitReady() error {
 	type result struct {
 		reply leaseinit.Reply
 		err   error
@@ -173,13 +180,13 @@ func (m *machine) awaitReady() error {
 }
 
 // send writes one message with fds attached.
-func (m *machine) send(msg any, fds []int) error {
+func (m *Machine) send(msg any, fds []int) error {
 	b, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}
 	if len(b) > leaseinit.MaxRequestBytes {
-		return &startError{"the command line and environment are too long"}
+		return ErrCommandTooLong
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -188,7 +195,7 @@ func (m *machine) send(msg any, fds []int) error {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	if m.closed {
-		return errMachineGone
+		return ErrGone
 	}
 	for {
 		err = unix.Sendmsg(m.ctl, b, oob, nil, 0)
@@ -198,39 +205,41 @@ func (m *machine) send(msg any, fds []int) error {
 	}
 	switch {
 	case err == unix.EMSGSIZE:
-		return &startError{"the command line and environment are too long"}
+		return ErrCommandTooLong
 	case err != nil:
-		return fmt.Errorf("%w: %v", errMachineGone, err)
+		return fmt.Errorf("%w: %v", ErrGone, err)
 	}
 	return nil
 }
 
-// spawn asks the init to start a command with the given pipes (stdin,
-// stdout, stderr, status); it returns the command's id in the machine.
-func (m *machine) spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
+// Spawn asks the init to start a command of kind (leaseinit.KindExec or
+// KindProcess) with the given pipes (stdin, stdout, stderr, status); it
+// returns the command's id in the machine. The command's status comes on
+// the status pipe.
+func (m *Machine) Spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
 	id := m.nextID.Add(1)
 	err := m.send(leaseinit.Request{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
 	return id, err
 }
 
-// signal delivers sig to command id: an exec's process group, or a managed
-// process's supervisor (which forwards it to its tree).
-func (m *machine) signal(id uint64, sig syscall.Signal) {
+// Signal delivers sig to command id: an exec's process group, or a
+// managed process's supervisor (which forwards it to its tree).
+func (m *Machine) Signal(id uint64, sig syscall.Signal) {
 	m.send(leaseinit.Request{Op: "signal", ID: id, Signal: int(sig)}, nil)
 }
 
-// kill kills command id's tree.
-func (m *machine) kill(id uint64) {
+// Kill kills command id's tree.
+func (m *Machine) Kill(id uint64) {
 	m.send(leaseinit.Request{Op: "kill", ID: id}, nil)
 }
 
-// stop kills the init, and with it every process of the lease, and waits
+// Stop kills the init, and with it every process of the lease, and waits
 // until the kernel has reaped them all. It reports whether they are gone.
-func (m *machine) stop() bool {
+func (m *Machine) Stop() bool {
 	m.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
 	if m.cgroup != nil {
 		// A frozen process dies only once thawed.
-		m.cgroup.thaw()
+		m.cgroup.Thaw()
 	}
 	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
@@ -248,15 +257,5 @@ func (m *machine) stop() bool {
 	return true
 }
 
-// pid is the init's pid on the host.
-func (m *machine) pid() int { return m.cmd.Process.Pid }
-
-// alive reports whether the init still runs.
-func (m *machine) alive() bool {
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
+// Pid is the init's pid on the host.
+func (m *Machine) Pid() int { return m.cmd.Process.Pid }
