@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
 // floodSender opens as many flows to 10.0.2.2 as it can, up to n: TCP
@@ -137,10 +139,10 @@ func TestEgressConnectionFloodIsCapped(t *testing.T) {
 		t.Errorf("another lease during the flood: %q", got)
 	}
 	ts.srv.mu.Lock()
-	slirp := ts.srv.leases[sb.ID].net.slirp.Process.Pid
+	slirp := ts.srv.leases[sb.ID].net.SlirpPID()
 	ts.srv.mu.Unlock()
-	if n := openFilesLimit(t, slirp); n > capped+slirpOwnFiles {
-		t.Errorf("slirp4netns may open %d descriptors, want at most %d", n, capped+slirpOwnFiles)
+	if n := openFilesLimit(t, slirp); n > capped+network.SlirpOwnFiles {
+		t.Errorf("slirp4netns may open %d descriptors, want at most %d", n, capped+network.SlirpOwnFiles)
 	}
 }
 
@@ -179,7 +181,7 @@ func TestEgressPathCountsAgainstTheLeasesShape(t *testing.T) {
 	}
 	sb := ts.createWith(nil)
 	ts.srv.mu.Lock()
-	slirp := strconv.Itoa(ts.srv.leases[sb.ID].net.slirp.Process.Pid)
+	slirp := strconv.Itoa(ts.srv.leases[sb.ID].net.SlirpPID())
 	ts.srv.mu.Unlock()
 	dirs := lm.Dirs(sb.ID)
 	for _, dir := range dirs {

@@ -104,9 +104,8 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 	}
 	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, net: src.netSpec, forkedFrom: src.id}
 	if n := src.network(); n != nil {
-		n.mu.Lock()
-		spec.net = netSpec{egress: n.egress, ingress: n.ingress}
-		n.mu.Unlock()
+		egress, ingress, _ := n.State()
+		spec.net = netSpec{egress: egress, ingress: ingress}
 	}
 	if req.Envs != nil {
 		if err := checkEnv("envs", req.Envs); err != nil {
@@ -115,7 +114,7 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 		spec.envs = req.Envs
 	}
 	if req.Egress != nil || req.IngressEnabled != nil {
-		egress := spec.net.egress.list()
+		egress := spec.net.egress.List()
 		if req.Egress != nil {
 			egress = *req.Egress
 		}

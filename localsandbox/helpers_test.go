@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -428,4 +429,27 @@ func (ts *testServer) status(lease string) string {
 	var sb sandboxData
 	ts.mustCall("GET", "/sandboxes/"+lease, nil, &sb)
 	return sb.Status
+}
+
+// limitedBuffer keeps the first max bytes written to it, for concurrent
+// writers (a server's log, a child's stderr).
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

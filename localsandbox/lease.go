@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
@@ -59,7 +60,7 @@ type lease struct {
 	cgroup  machine.Cgroup   // nil when the server enforces no limits
 	disk    *machine.Disk    // nil when the server does not bound disks
 	diskMax int64            // the lease's disk_mib in bytes
-	net     *leaseNet        // the network namespace the server made (network.go), or nil
+	net     *network.Net     // the network namespace the server made (network.go), or nil
 	netSpec netSpec          // the egress and ingress it was created with
 
 	// name is unique among the live leases; envs are set in every
@@ -77,6 +78,10 @@ type lease struct {
 	// spawning counts process starts in flight; they began while the lease
 	// was running, and a pause or destroy waits for them.
 	spawning sync.WaitGroup
+
+	// ingressInFlight counts the lease's preview requests being proxied;
+	// guarded by Server.ingress.mu (ingress.go).
+	ingressInFlight int
 
 	mu     sync.Mutex
 	idle   idleClock
@@ -250,7 +255,7 @@ func (s *Server) startLease(l *lease) error {
 		cg, err = s.limiter.Create(l.id, machine.Limits{
 			MemoryBytes: l.shape.MemoryBytes, MaxTasks: int64(s.opts.MaxProcesses), VCPUs: l.shape.VCPUs})
 	}
-	var net *leaseNet
+	var net *network.Net
 	if err == nil {
 		net, err = s.newLeaseNet(l, l.netSpec, cg)
 		// Under the lock, as machine below: a fork is viewed while it
@@ -263,12 +268,12 @@ func (s *Server) startLease(l *lease) error {
 	if err == nil {
 		var start func(*exec.Cmd) error
 		if net != nil {
-			start = net.start
+			start = net.Start
 		}
 		m, err = machine.Start(spec, cg, start)
 	}
 	if err != nil {
-		net.close()
+		net.Close()
 		if cg != nil {
 			cg.Delete()
 		}
@@ -557,7 +562,7 @@ func (l *lease) destroy() error {
 	if l.machine != nil && !l.machine.Stop() {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
 	}
-	l.net.close() // before the cgroup, which holds slirp4netns
+	l.net.Close() // before the cgroup, which holds slirp4netns
 	if l.cgroup != nil {
 		if err := l.cgroup.Delete(); err != nil {
 			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
