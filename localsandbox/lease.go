@@ -48,10 +48,10 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 	// uid and gid are the host ids of the lease's root. A root server in
-	// namespace mode gives every lease a range of machine.IDsPerLease host ids of
-	// its own (idSlot, see machine/ids.go), so that leases share no uid with each
-	// other or with the host's users; otherwise (idSlot -1) they are the
-	// server's HostUID/HostGID.
+	// namespace mode gives every lease a range of machine.IDsPerLease host
+	// ids of its own (idSlot, see machine/ids.go), so that leases share no
+	// uid with each other or with the host's users; otherwise (idSlot -1)
+	// they are the server's HostUID/HostGID.
 	uid, gid int
 	idSlot   int
 

@@ -13,8 +13,8 @@ import (
 )
 
 // A status channel that breaks the protocol — a garbled line, or a line
-// longer than leaseinit.MaxStatusLine — kills the tree, and nothing of it is taken
-// for an exit status.
+// longer than leaseinit.MaxStatusLine — kills the tree, and nothing of it
+// is taken for an exit status.
 func TestBrokenStatusChannelKillsTheTree(t *testing.T) {
 	ts := startServer(t, Options{})
 	for name, garbage := range map[string]string{
