@@ -34,9 +34,10 @@
 //   - leaseinit.go, confineChild: no_new_privs, the capability bounding
 //     set and the seccomp filter, through package confine — in the init
 //     itself, so that every command it forks inherits them.
-//   - supervisor.go, applyRlimits: RLIMIT_NPROC, RLIMIT_NOFILE, no core
-//     dumps; runSupervisor: PR_SET_CHILD_SUBREAPER, so that orphans of a
-//     managed process's tree come back to its supervisor.
+//   - initproc.go, the hook (init) and the supervisor: applyRlimits,
+//     RLIMIT_NPROC, RLIMIT_NOFILE, no core dumps; runSupervisor,
+//     PR_SET_CHILD_SUBREAPER, so that orphans of a managed process's tree
+//     come back to its supervisor.
 //
 // The limits of a shape (cgroups, the disk) are the server's business:
 // the init is put in its lease's cgroup before it forks anything
