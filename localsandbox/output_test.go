@@ -35,13 +35,18 @@ func TestConnectAfterEvictionIs410(t *testing.T) {
 func TestLiveReaderThatFallsBehindGetsAnErrorFrame(t *testing.T) {
 	ts := startServer(t, Options{JournalBytes: journal.MaxChunk, StallTimeout: 50 * time.Millisecond})
 	lease := ts.createLease()
-	// Far more than the socket buffers between server and client hold.
-	pid := ts.startProcess(lease, gated(`head -c 100000000 /dev/zero`))
+	// One byte, then, behind a second gate, far more than the socket
+	// buffers between server and client hold. The reader takes the first
+	// frame before the flood starts: with the flood at once, a reader not
+	// scheduled within the 50 ms stall timeout (a loaded machine) was
+	// expired before its first frame.
+	pid := ts.startProcess(lease, gated(`printf x; `+gated(`head -c 100000000 /dev/zero`)))
 	st := ts.connect(lease, pid, 0)
 	ts.openGate(lease)
 	if ev, _ := st.next(false); ev.Type != "data" || ev.Seq != 1 {
 		t.Fatalf("first frame %+v", ev)
 	}
+	ts.openGate(lease)
 	// Stop reading until the process is done: the journal moves on.
 	if _, status := ts.waitTree(lease, pid, 60*time.Second); status != http.StatusOK {
 		t.Fatalf("wait: %d", status)
