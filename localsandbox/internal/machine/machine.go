@@ -45,8 +45,8 @@ type Machine struct {
 	cgroup Cgroup        // the lease's, thawed after the kill (nil: none)
 }
 
-// ErrGone means the lease init is not running anymore.
-var ErrGone = errors.New("the sandbox's init is gone")
+// errGone means the lease init is not running anymore.
+var errGone = errors.New("the sandbox's init is gone")
 
 // ErrCommandTooLong means a command's argv and environment do not fit in
 // one request to the init.
@@ -195,7 +195,7 @@ func (m *Machine) send(msg any, fds []int) error {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	if m.closed {
-		return ErrGone
+		return errGone
 	}
 	for {
 		err = unix.Sendmsg(m.ctl, b, oob, nil, 0)
@@ -207,7 +207,7 @@ func (m *Machine) send(msg any, fds []int) error {
 	case err == unix.EMSGSIZE:
 		return ErrCommandTooLong
 	case err != nil:
-		return fmt.Errorf("%w: %v", ErrGone, err)
+		return fmt.Errorf("%w: %v", errGone, err)
 	}
 	return nil
 }
