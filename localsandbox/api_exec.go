@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,38 +56,38 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		p.closeStdin()
 	}
-	c, _ := p.journal.attach(0)
-	defer p.journal.detach(c)
+	c, _ := p.journal.Attach(0)
+	defer p.journal.Detach(c)
 	if streamed {
 		s.execStream(w, r, p, c)
 		return nil
 	}
 
 	tails := [2]tail{{max: s.opts.JournalBytes}, {max: s.opts.JournalBytes}}
-	entries := make([]entry, 0, 16)
+	entries := make([]journal.Entry, 0, 16)
 	for {
-		b := p.journal.take(c, entries, streamBatchBytes)
+		b := p.journal.Take(c, entries, streamBatchBytes)
 		switch {
-		case b.err != nil:
+		case b.Err != nil:
 			return &apiError{http.StatusInternalServerError, "output was lost"}
-		case b.exit != nil:
+		case b.Exit != nil:
 			return writeData(w, execAnswer{
 				Result: commandResult{
-					ExitCode: exitCode(*b.exit),
-					Stdout:   string(tails[stdoutStream].bytes()),
-					Stderr:   string(tails[stderrStream].bytes()),
-					Signal:   b.exit.Signal,
+					ExitCode: exitCode(*b.Exit),
+					Stdout:   string(tails[journal.Stdout].bytes()),
+					Stderr:   string(tails[journal.Stderr].bytes()),
+					Signal:   b.Exit.Signal,
 				},
 				ExecMS: float64(time.Since(began).Microseconds()) / 1000,
 			})
-		case len(b.entries) > 0:
-			for _, e := range b.entries {
-				tails[e.stream].write(e.data)
+		case len(b.Entries) > 0:
+			for _, e := range b.Entries {
+				tails[e.Stream].write(e.Data)
 			}
-			clear(b.entries)
+			clear(b.Entries)
 		default:
 			select {
-			case <-b.wait:
+			case <-b.Wait:
 			case <-r.Context().Done():
 				return nil
 			}
@@ -130,44 +131,44 @@ func (s *Server) notStarted(w http.ResponseWriter, streamed bool, why string) er
 // execStream writes the NDJSON of a streamed exec: {"stdout":"…"} and
 // {"stderr":"…"} text (a UTF-8 character split between reads is sent whole),
 // {"hb":true} while idle, then {"exit_code":N} or {"error":"…"}.
-func (s *Server) execStream(w http.ResponseWriter, r *http.Request, p *process, c *cursor) {
+func (s *Server) execStream(w http.ResponseWriter, r *http.Request, p *process, c *journal.Cursor) {
 	out := newFrameWriter(w, s.opts.HeartbeatInterval)
 	var pending [2][]byte
-	emit := func(st stream, text []byte) bool {
+	emit := func(st journal.Stream, text []byte) bool {
 		if len(text) == 0 {
 			return true
 		}
 		frame, _ := json.Marshal(map[string]string{st.String(): string(text)})
 		return out.write(append(frame, '\n'))
 	}
-	entries := make([]entry, 0, 16)
+	entries := make([]journal.Entry, 0, 16)
 	for {
-		b := p.journal.take(c, entries, streamBatchBytes)
+		b := p.journal.Take(c, entries, streamBatchBytes)
 		switch {
-		case b.err != nil:
+		case b.Err != nil:
 			out.send([]byte(`{"error":"output_offset_expired"}` + "\n"))
 			return
-		case b.exit != nil:
+		case b.Exit != nil:
 			for st := range pending {
-				if !emit(stream(st), pending[st]) {
+				if !emit(journal.Stream(st), pending[st]) {
 					return
 				}
 			}
-			frame, _ := json.Marshal(map[string]int{"exit_code": exitCode(*b.exit)})
+			frame, _ := json.Marshal(map[string]int{"exit_code": exitCode(*b.Exit)})
 			out.send(append(frame, '\n'))
 			return
-		case len(b.entries) > 0:
-			for _, e := range b.entries {
-				data := append(pending[e.stream], e.data...)
+		case len(b.Entries) > 0:
+			for _, e := range b.Entries {
+				data := append(pending[e.Stream], e.Data...)
 				complete, rest := splitUTF8(data)
-				if !emit(e.stream, complete) {
+				if !emit(e.Stream, complete) {
 					return
 				}
-				pending[e.stream] = slices.Clone(rest)
+				pending[e.Stream] = slices.Clone(rest)
 			}
-			clear(b.entries)
+			clear(b.Entries)
 		default:
-			if !out.idle(r, b.wait, []byte(`{"hb":true}`+"\n")) {
+			if !out.idle(r, b.Wait, []byte(`{"hb":true}`+"\n")) {
 				return
 			}
 		}
@@ -175,7 +176,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request, p *process, 
 }
 
 // exitCode is the shell's view of an exit status: 128+n for signal n.
-func exitCode(st exitStatus) int {
+func exitCode(st journal.ExitStatus) int {
 	if st.Signal != "" {
 		return 128 + int(unix.SignalNum(st.Signal))
 	}

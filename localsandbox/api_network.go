@@ -46,7 +46,7 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if n := l.network(); n != nil {
-		if err := n.setEgress(set); err != nil {
+		if err := n.SetEgress(set); err != nil {
 			return err
 		}
 	}
@@ -93,9 +93,7 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		l.setAutoPause(after)
 	}
 	if req.IngressEnabled != nil && n != nil {
-		n.mu.Lock()
-		n.ingress = *req.IngressEnabled
-		n.mu.Unlock()
+		n.SetIngress(*req.IngressEnabled)
 	}
 	return writeData(w, s.view(l, false))
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 )
 
 // Request limits of the process endpoints.
@@ -158,7 +160,7 @@ func (p *process) view() processView {
 	case p.terminating.Load():
 		v.State = "terminating"
 	}
-	v.Output.OldestSeq, v.Output.NewestSeq, v.Output.Bytes = p.journal.window()
+	v.Output.OldestSeq, v.Output.NewestSeq, v.Output.Bytes = p.journal.Window()
 	return v
 }
 
@@ -373,21 +375,21 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	c, err := p.journal.attach(after)
+	c, err := p.journal.Attach(after)
 	if err != nil {
 		return withCode("OUTPUT_EXPIRED", &apiError{http.StatusGone, "output after that seq was evicted from the journal"})
 	}
-	defer p.journal.detach(c)
+	defer p.journal.Detach(c)
 	out := newFrameWriter(w, s.opts.HeartbeatInterval)
 	var frame []byte
-	entries := make([]entry, 0, 16)
+	entries := make([]journal.Entry, 0, 16)
 	for {
-		b := p.journal.take(c, entries, streamBatchBytes)
+		b := p.journal.Take(c, entries, streamBatchBytes)
 		switch {
-		case b.err != nil:
+		case b.Err != nil:
 			out.send([]byte(`{"type":"error","error":"output_offset_expired"}` + "\n"))
 			return nil
-		case b.exit != nil:
+		case b.Exit != nil:
 			select {
 			case <-s.done:
 				// The server is going away and took the process with it: that
@@ -398,33 +400,33 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 			default:
 			}
 			frame = frame[:0]
-			if b.exit.Signal != "" {
+			if b.Exit.Signal != "" {
 				frame = append(frame, `{"type":"exit","signal":"`...)
-				frame = append(frame, b.exit.Signal...)
+				frame = append(frame, b.Exit.Signal...)
 				frame = append(frame, "\"}\n"...)
 			} else {
 				frame = append(frame, `{"type":"exit","exit_code":`...)
-				frame = strconv.AppendInt(frame, int64(b.exit.Code), 10)
+				frame = strconv.AppendInt(frame, int64(b.Exit.Code), 10)
 				frame = append(frame, "}\n"...)
 			}
 			out.send(frame)
 			return nil
-		case len(b.entries) > 0:
-			for _, e := range b.entries {
+		case len(b.Entries) > 0:
+			for _, e := range b.Entries {
 				frame = append(frame[:0], `{"type":"data","seq":`...)
-				frame = strconv.AppendInt(frame, e.seq, 10)
+				frame = strconv.AppendInt(frame, e.Seq, 10)
 				frame = append(frame, `,"stream":"`...)
-				frame = append(frame, e.stream.String()...)
+				frame = append(frame, e.Stream.String()...)
 				frame = append(frame, `","data_base64":"`...)
-				frame = base64.StdEncoding.AppendEncode(frame, e.data)
+				frame = base64.StdEncoding.AppendEncode(frame, e.Data)
 				frame = append(frame, "\"}\n"...)
 				if !out.write(frame) {
 					return nil
 				}
 			}
-			clear(b.entries) // drop references to the data
+			clear(b.Entries) // drop references to the data
 		default:
-			if !out.idle(r, b.wait, []byte(`{"type":"heartbeat"}`+"\n")) {
+			if !out.idle(r, b.Wait, []byte(`{"type":"heartbeat"}`+"\n")) {
 				return nil
 			}
 		}

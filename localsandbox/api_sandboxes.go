@@ -154,18 +154,28 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 // limitsView says which limits apply to a lease's processes, which of them
 // the kernel enforces, and what the kernel counted against them.
 type limitsView struct {
-	MaxProcesses      int          `json:"max_processes"`
-	ProcessesEnforced bool         `json:"processes_enforced"`
-	MaxOpenFiles      int          `json:"max_open_files"`
-	MemoryBytes       int64        `json:"memory_bytes"`
-	MemoryEnforced    bool         `json:"memory_enforced"`
-	VCPUs             float64      `json:"vcpus"`
-	CPUEnforced       bool         `json:"cpu_enforced"`
-	PauseFreezes      bool         `json:"pause_freezes"` // by the cgroup freezer, not SIGSTOP
-	DiskBytes         int64        `json:"disk_bytes"`
-	DiskEnforced      bool         `json:"disk_enforced"`
-	Cgroup            string       `json:"cgroup,omitempty"`
-	Usage             *cgroupStats `json:"usage,omitempty"`
+	MaxProcesses      int        `json:"max_processes"`
+	ProcessesEnforced bool       `json:"processes_enforced"`
+	MaxOpenFiles      int        `json:"max_open_files"`
+	MemoryBytes       int64      `json:"memory_bytes"`
+	MemoryEnforced    bool       `json:"memory_enforced"`
+	VCPUs             float64    `json:"vcpus"`
+	CPUEnforced       bool       `json:"cpu_enforced"`
+	PauseFreezes      bool       `json:"pause_freezes"` // by the cgroup freezer, not SIGSTOP
+	DiskBytes         int64      `json:"disk_bytes"`
+	DiskEnforced      bool       `json:"disk_enforced"`
+	Cgroup            string     `json:"cgroup,omitempty"`
+	Usage             *usageView `json:"usage,omitempty"`
+}
+
+// usageView is what the kernel counted against a lease's limits.
+type usageView struct {
+	OOMKills          uint64 `json:"oom_kills"`
+	MemoryBytes       uint64 `json:"memory_bytes"`
+	Tasks             uint64 `json:"tasks"`
+	CPUThrottled      uint64 `json:"cpu_throttled_periods"`
+	CPUThrottledNanos uint64 `json:"cpu_throttled_ns"`
+	DiskUsedBytes     uint64 `json:"disk_used_bytes"`
 }
 
 // limitsView reports, honestly, what is enforced for l.
@@ -188,16 +198,16 @@ func (s *Server) limitsView(l *lease) *limitsView {
 	_, cg := l.parts()
 	if cg == nil {
 		if l.disk != nil {
-			v.Usage = &cgroupStats{DiskUsedBytes: used}
+			v.Usage = &usageView{DiskUsedBytes: used}
 		}
 		return v
 	}
 	e := s.enforcedLimits()
 	v.MemoryEnforced, v.ProcessesEnforced, v.CPUEnforced, v.PauseFreezes = e.Memory, e.Processes, e.CPU, e.Freezer
-	v.Cgroup = string(s.limiter.version)
-	st := cg.stats()
-	st.DiskUsedBytes = used
-	v.Usage = &st
+	v.Cgroup = s.limiter.Version()
+	st := cg.Stats()
+	v.Usage = &usageView{OOMKills: st.OOMKills, MemoryBytes: st.MemoryBytes, Tasks: st.Tasks,
+		CPUThrottled: st.CPUThrottled, CPUThrottledNanos: st.CPUThrottledNanos, DiskUsedBytes: used}
 	return v
 }
 

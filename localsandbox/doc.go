@@ -27,20 +27,51 @@
 // namespaces are unavailable, the server falls back to process groups and
 // says so. See the README for what neither mode protects against.
 //
-// The lease machine lives in files named for what they hold: machine.go
-// (the server's side of a lease init), machine_init.go (the init itself),
-// rootfs.go (the root file system), cgroups.go and freezer.go (the
-// shape's limits, pause), disk.go (the lease's disk), fork.go and
-// autopause.go; initproc.go holds the supervisor of a managed process. The
-// API is http.go (envelopes, authentication) and the api_*.go files.
+// # Where things are
+//
+// This package is the server: the HTTP API (http.go for envelopes and
+// authentication, listener.go for the connection caps, the api_*.go files,
+// files.go, ingress.go for preview requests), the lease registry and a
+// lease's states (server.go, lease.go, autopause.go, fork.go), managed
+// processes and the pump of their output (process.go), the leases'
+// network settings and views (network.go), and the sweep of what a
+// crashed server left (sweep.go). The rest lives in rooms of its own, each
+// with a package doc that says where each mechanism is applied:
+//
+//	internal/network    a lease's network namespace, slirp4netns, the egress table, the preview proxy
+//	internal/machine    the server's side of a lease machine: its init in its namespaces, the root's
+//	                    layout, host id ranges, cgroups and the freezer, the disk, a fork's copy
+//	internal/journal    a process's output journal
+//	internal/leaseinit  what runs inside a lease: the init hook, the lease init, the supervisor,
+//	                    the mounts of its root, the protocol with the server
+//	internal/confine    capabilities, no_new_privs, the seccomp filter
+//	internal/proctree   process trees of /proc: freeze, signal, find by mark
+//
+// Where is
+//
+//   - the memory limit applied (and the tasks limit, the CPU quota):
+//     internal/machine/cgroups.go, Limiter.Create; the init joins the group
+//     before it forks anything in machine.Start (machine.go);
+//   - the disk limit: internal/machine/disk.go, NewDisk;
+//   - a pause: internal/machine/freezer.go;
+//   - the egress rule enforced: internal/network/egress.go, applyEgress,
+//     an nftables table in the lease's network namespace;
+//   - the output journal evicted: internal/journal/journal.go,
+//     Journal.Append;
+//   - the root file system mounted: internal/leaseinit/rootfs.go,
+//     buildRoot;
+//   - the seccomp filter applied: internal/leaseinit/leaseinit.go,
+//     confineChild, through internal/confine.
 //
 // # The init hook
 //
 // Lease inits and supervisors are re-executions of the server's own binary
-// with a marker argv[0] ("sandboxflow-init"): this package's init function
-// turns such a process into what it is meant to be before main runs.
-// Programs and test binaries that link the package therefore need nothing
-// special; the hook does nothing in any process not started that way.
+// with a marker argv[0] ("sandboxflow-init"): the init function of package
+// internal/leaseinit, which this package links, turns such a process into
+// what it is meant to be before main runs, and before the package inits of
+// everything leaseinit does not import. Programs and test binaries that
+// link the package therefore need nothing special; the hook does nothing
+// in any process not started that way.
 //
 // # Test hooks
 //

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
 // floodSender opens as many flows to 10.0.2.2 as it can, up to n: TCP
@@ -137,10 +139,10 @@ func TestEgressConnectionFloodIsCapped(t *testing.T) {
 		t.Errorf("another lease during the flood: %q", got)
 	}
 	ts.srv.mu.Lock()
-	slirp := ts.srv.leases[sb.ID].net.slirp.Process.Pid
+	slirp := ts.srv.leases[sb.ID].net.SlirpPID()
 	ts.srv.mu.Unlock()
-	if n := openFilesLimit(t, slirp); n > capped+slirpOwnFiles {
-		t.Errorf("slirp4netns may open %d descriptors, want at most %d", n, capped+slirpOwnFiles)
+	if n := openFilesLimit(t, slirp); n > capped+network.SlirpOwnFiles {
+		t.Errorf("slirp4netns may open %d descriptors, want at most %d", n, capped+network.SlirpOwnFiles)
 	}
 }
 
@@ -174,20 +176,14 @@ func TestEgressPathCountsAgainstTheLeasesShape(t *testing.T) {
 	needNetwork(t)
 	ts := startServer(t, Options{Egress: EgressAny})
 	lm := ts.srv.limiter
-	if !lm.enforces("cpu") {
+	if !lm.Enforces("cpu") {
 		t.Skip("the server has no cpu cgroup")
 	}
 	sb := ts.createWith(nil)
 	ts.srv.mu.Lock()
-	slirp := strconv.Itoa(ts.srv.leases[sb.ID].net.slirp.Process.Pid)
+	slirp := strconv.Itoa(ts.srv.leases[sb.ID].net.SlirpPID())
 	ts.srv.mu.Unlock()
-	var dirs []string
-	if lm.version == cgroupV2 {
-		dirs = []string{filepath.Join(cgroupRoot, lm.parent, sb.ID)}
-	}
-	for _, c := range lm.v1 {
-		dirs = append(dirs, filepath.Join(cgroupRoot, c, lm.parent, sb.ID))
-	}
+	dirs := lm.Dirs(sb.ID)
 	for _, dir := range dirs {
 		procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
 // needNetwork skips a test that needs a root server with slirp4netns,
@@ -106,7 +108,7 @@ func TestEgressAnyReachesTheHost(t *testing.T) {
 	if got := ts.fetch(sb.ID, "10.0.2.2", port); got != "hello from the host" {
 		t.Fatalf("fetch: %q", got)
 	}
-	if got := ts.exec(sb.ID, "cat /etc/resolv.conf").Stdout; got != resolvConf {
+	if got := ts.exec(sb.ID, "cat /etc/resolv.conf").Stdout; got != network.ResolvConf {
 		t.Errorf("resolv.conf: %q", got)
 	}
 	var after networkData
@@ -268,74 +270,6 @@ func TestEgressBadRulesAreRefusedBeforeCreate(t *testing.T) {
 	}
 }
 
-func TestParseEgressRule(t *testing.T) {
-	for _, c := range []struct {
-		in     string
-		host   string
-		prefix string
-		port   uint16
-	}{
-		{"api.openai.com:443", "api.openai.com", "", 443},
-		{"API.Anthropic.com", "api.anthropic.com", "", 0},
-		{"10.1.2.3:80", "", "10.1.2.3/32", 80},
-		{"10.1.2.3", "", "10.1.2.3/32", 0},
-		{"10.0.0.0/8", "", "10.0.0.0/8", 0},
-		{"10.9.9.9/8:53", "", "10.0.0.0/8", 53},
-		{"[2001:db8::1]:443", "", "2001:db8::1/128", 443},
-		{"2001:db8::/32", "", "2001:db8::/32", 0},
-	} {
-		r, err := parseEgressRule(c.in)
-		if err != nil {
-			t.Errorf("%q: %v", c.in, err)
-			continue
-		}
-		prefix := ""
-		if len(r.prefixes) == 1 {
-			prefix = r.prefixes[0].String()
-		}
-		if r.host != c.host || prefix != c.prefix || r.port != c.port {
-			t.Errorf("%q: host %q prefix %q port %d", c.in, r.host, prefix, r.port)
-		}
-	}
-}
-
-func TestCompileEgressCapsAndResolves(t *testing.T) {
-	orig := egressResolver
-	t.Cleanup(func() { egressResolver = orig })
-	egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
-		if host == "pypi.example" {
-			return []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("2001:db8::7")}, nil
-		}
-		return nil, errors.New("no such host")
-	}
-	ctx := context.Background()
-	for _, c := range []struct {
-		policy    EgressPolicy
-		requested []string
-		want      []string
-	}{
-		{EgressOff, []string{"*"}, []string{}},
-		{EgressOff, []string{"pypi.example:443"}, []string{}},
-		{EgressAllowlist, nil, []string{}},
-		{EgressAllowlist, []string{"*", "pypi.example:443"}, []string{"pypi.example:443"}},
-		{EgressAny, nil, []string{"*"}},
-		{EgressAny, []string{"pypi.example:443", "*"}, []string{"*"}},
-		{EgressAny, []string{"pypi.example:443", "pypi.example:443"}, []string{"pypi.example:443"}},
-	} {
-		set, err := compileEgress(ctx, c.policy, c.requested)
-		if err != nil || !slices.Equal(set.list(), c.want) {
-			t.Errorf("%s %q: %q, %v; want %q", c.policy, c.requested, set.list(), err, c.want)
-		}
-	}
-	set, err := compileEgress(ctx, EgressAllowlist, []string{"pypi.example:443"})
-	if err != nil || len(set.rules) != 1 || len(set.rules[0].prefixes) != 2 {
-		t.Fatalf("resolved %+v, %v", set, err)
-	}
-	if _, err := compileEgress(ctx, EgressAllowlist, []string{"nowhere.example:443"}); err == nil {
-		t.Error("an unresolvable host was accepted")
-	}
-}
-
 func TestEgressPolicyIsChecked(t *testing.T) {
 	_, err := New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: "some"})
 	if err == nil || !strings.Contains(err.Error(), "unknown egress policy") {
@@ -349,9 +283,9 @@ func TestEgressPolicyIsChecked(t *testing.T) {
 
 func TestEgressHostAndCIDRRules(t *testing.T) {
 	needNetwork(t)
-	orig := egressResolver
-	t.Cleanup(func() { egressResolver = orig })
-	egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	orig := network.Resolver
+	t.Cleanup(func() { network.Resolver = orig })
+	network.Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
 		if host == "gateway.test" {
 			return []netip.Addr{netip.MustParseAddr("10.0.2.2")}, nil
 		}

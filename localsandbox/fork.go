@@ -2,11 +2,10 @@ package localsandbox
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 )
 
 // Fork.
@@ -68,7 +67,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("sandbox forking", "sandbox", l.id, "from", src.id)
 	s.workers.Go(func() {
 		began := time.Now()
-		err := copyLeaseFiles(src, l)
+		err := machine.CopyFiles(src.dir, l.dir, src.owner(), l.owner())
 		src.endFork()
 		if err == nil {
 			err = s.startLease(l)
@@ -105,9 +104,8 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 	}
 	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, net: src.netSpec, forkedFrom: src.id}
 	if n := src.network(); n != nil {
-		n.mu.Lock()
-		spec.net = netSpec{egress: n.egress, ingress: n.ingress}
-		n.mu.Unlock()
+		egress, ingress, _ := n.State()
+		spec.net = netSpec{egress: egress, ingress: ingress}
 	}
 	if req.Envs != nil {
 		if err := checkEnv("envs", req.Envs); err != nil {
@@ -116,7 +114,7 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 		spec.envs = req.Envs
 	}
 	if req.Egress != nil || req.IngressEnabled != nil {
-		egress := spec.net.egress.list()
+		egress := spec.net.egress.List()
 		if req.Egress != nil {
 			egress = *req.Egress
 		}
@@ -170,21 +168,4 @@ func (s *Server) reserveFork(spec leaseSpec) (*lease, error) {
 		s.releaseName(name)
 	}
 	return l, err
-}
-
-// copyLeaseFiles copies the upper layer, workspace and tmp of src into the
-// new lease dst, preserving owners, modes, timestamps, hard links, extended
-// attributes (the overlay's user.overlay.* among them) and device nodes
-// (the overlay's whiteouts), with GNU cp.
-func copyLeaseFiles(src, dst *lease) error {
-	var copies []string
-	for _, dir := range []string{upperDir, "workspace", "tmp"} {
-		from, to := filepath.Join(src.dir, dir), filepath.Join(dst.dir, dir)
-		out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", from, to).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("copying %s: %v: %.200s", dir, err, out)
-		}
-		copies = append(copies, to)
-	}
-	return shiftOwners(copies, src, dst) // into the fork's own id range
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -409,13 +410,17 @@ func (ts *testServer) leaseInit(lease string) int {
 	if l == nil || l.machine == nil {
 		ts.t.Fatalf("lease %s has no init", lease)
 	}
-	return l.machine.pid()
+	return l.machine.Pid()
 }
 
 // freezerState reads the lease's cgroup v1 freezer state ("" without one).
 func (ts *testServer) freezerState(lease string) string {
-	b, _ := os.ReadFile(filepath.Join(cgroupRoot, "freezer", ts.srv.limiter.parent, lease, "freezer.state"))
-	return strings.TrimSpace(string(b))
+	for _, dir := range ts.srv.limiter.Dirs(lease) {
+		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
 }
 
 // status returns the sandbox's status.
@@ -424,4 +429,27 @@ func (ts *testServer) status(lease string) string {
 	var sb sandboxData
 	ts.mustCall("GET", "/sandboxes/"+lease, nil, &sb)
 	return sb.Status
+}
+
+// limitedBuffer keeps the first max bytes written to it, for concurrent
+// writers (a server's log, a child's stderr).
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 )
 
 // ProcessRecord is what History remembers of a process that ran: managed
@@ -70,7 +72,7 @@ func (h *history) appendStdout(r *ProcessRecord, data []byte) {
 	}
 }
 
-func (h *history) finish(r *ProcessRecord, st exitStatus) {
+func (h *history) finish(r *ProcessRecord, st journal.ExitStatus) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r.End = time.Now()

@@ -1,11 +1,9 @@
 package localsandbox
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +36,7 @@ import (
 // ingressState is the server's side of preview URLs: the port of the first
 // TCP listener the server serves on, which the ingress URL template names
 // (0: unknown, no template), and the preview requests being proxied, in
-// all and per lease (leaseNet.ingressInFlight, guarded by mu).
+// all and per lease (lease.ingressInFlight, guarded by mu).
 type ingressState struct {
 	port atomic.Int64
 
@@ -118,10 +116,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	if n == nil {
 		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
 	}
-	n.mu.Lock()
-	enabled := n.ingress
-	n.mu.Unlock()
-	if !enabled {
+	if _, enabled, _ := n.State(); !enabled {
 		return &apiError{http.StatusForbidden, "ingress is not enabled for this sandbox"}
 	}
 	switch state := l.status(); state {
@@ -131,13 +126,19 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	default:
 		return conflict("the sandbox is " + state)
 	}
-	release, err := s.admitIngress(n, id)
+	release, err := s.admitIngress(l)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		return err
 	}
 	defer release()
-	n.proxy(r, port).ServeHTTP(w, r)
+	n.Proxy(port, func(w http.ResponseWriter, _ *http.Request, err error) {
+		if bodyExpired(r) { // the client's body stalled, not the server
+			writeError(w, http.StatusRequestTimeout, "the request body did not arrive in time")
+			return
+		}
+		writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")
+	}).ServeHTTP(w, r)
 	return nil
 }
 
@@ -150,91 +151,31 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 // server in a lease that never answers, and a page of it opening requests
 // to it in the user's browser, would otherwise fill the caps and lock the
 // API out.
-func (s *Server) admitIngress(n *leaseNet, id string) (release func(), _ *apiError) {
+func (s *Server) admitIngress(l *lease) (release func(), _ *apiError) {
 	st := &s.ingress
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var refused *apiError
 	switch {
-	case n.ingressInFlight >= s.opts.MaxIngressRequestsPerLease:
-		refused = &apiError{http.StatusServiceUnavailable, fmt.Sprintf("too many preview requests to this sandbox (%d in flight); retry later", n.ingressInFlight)}
+	case l.ingressInFlight >= s.opts.MaxIngressRequestsPerLease:
+		refused = &apiError{http.StatusServiceUnavailable, fmt.Sprintf("too many preview requests to this sandbox (%d in flight); retry later", l.ingressInFlight)}
 	case st.inFlight >= s.opts.MaxIngressRequests:
 		refused = &apiError{http.StatusServiceUnavailable, fmt.Sprintf("too many preview requests in flight (%d); retry later", st.inFlight)}
 	}
 	if refused != nil {
 		if time.Since(st.lastWarned) >= time.Minute {
 			st.lastWarned = time.Now()
-			s.log.Warn("preview request cap reached: answering 503", "sandbox", id, "in_flight", st.inFlight,
-				"max", s.opts.MaxIngressRequests, "of_sandbox", n.ingressInFlight, "max_per_sandbox", s.opts.MaxIngressRequestsPerLease)
+			s.log.Warn("preview request cap reached: answering 503", "sandbox", l.id, "in_flight", st.inFlight,
+				"max", s.opts.MaxIngressRequests, "of_sandbox", l.ingressInFlight, "max_per_sandbox", s.opts.MaxIngressRequestsPerLease)
 		}
 		return nil, refused
 	}
-	n.ingressInFlight++
+	l.ingressInFlight++
 	st.inFlight++
 	return func() {
 		st.mu.Lock()
-		n.ingressInFlight--
+		l.ingressInFlight--
 		st.inFlight--
 		st.mu.Unlock()
 	}, nil
-}
-
-// ingressDialTimeout bounds a connect to a port in the lease.
-const ingressDialTimeout = 5 * time.Second
-
-// maxIdlePerLease bounds the connections into a lease kept open for its
-// next preview requests (four a port at most): without it, a client
-// asking each port in turn made the server hold one per port.
-const maxIdlePerLease = 16
-
-// proxy returns the reverse proxy of the request in to 127.0.0.1:port in
-// the lease.
-func (n *leaseNet) proxy(in *http.Request, port int) http.Handler {
-	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = target
-			pr.Out.Host = pr.In.Host
-			pr.Out.Header.Del("X-Api-Key")
-			pr.SetXForwarded()
-		},
-		Transport:     n.transport(),
-		FlushInterval: -1, // event streams and the like pass at once
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			if bodyExpired(in) { // the client's body stalled, not the server
-				writeError(w, http.StatusRequestTimeout, "the request body did not arrive in time")
-				return
-			}
-			writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")
-		},
-	}
-}
-
-// transport is the lease's HTTP transport: its connections are sockets of
-// the lease's network namespace.
-func (n *leaseNet) transport() *http.Transport {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ingressTransport == nil {
-		n.ingressTransport = &http.Transport{
-			DialContext:           n.dial,
-			MaxIdleConns:          maxIdlePerLease,
-			MaxIdleConnsPerHost:   4,
-			IdleConnTimeout:       30 * time.Second,
-			ResponseHeaderTimeout: 0, // a server inside may think as long as it likes
-		}
-	}
-	return n.ingressTransport
-}
-
-// dial connects to addr from inside the lease's network namespace.
-func (n *leaseNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := inNetns(n.netns, func() error {
-		var err error
-		c, err = (&net.Dialer{Timeout: ingressDialTimeout}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
 }

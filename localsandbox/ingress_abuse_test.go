@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
 // The tests of this file attack the preview proxy (ingress.go) from both
@@ -77,7 +79,7 @@ func (ts *testServer) ingressInFlight(lease string) int {
 	ts.srv.mu.Unlock()
 	ts.srv.ingress.mu.Lock()
 	defer ts.srv.ingress.mu.Unlock()
-	return l.network().ingressInFlight
+	return l.ingressInFlight
 }
 
 // waitInFlight waits until the server proxies want requests to lease (the
@@ -389,7 +391,7 @@ func (ts *testServer) leaseConnections(lease string, from, n int) int {
 // asking each of the ports a lease listens on in turn (one at a time, so
 // no cap on requests in flight applies) made the server hold a descriptor
 // per port, 100 here, 65,535 a lease at most. Now it keeps at most
-// maxIdlePerLease per lease.
+// network.MaxIdlePerLease per lease.
 func TestIngressIdleConnectionsAreBounded(t *testing.T) {
 	needRoot(t)
 	const ports = 100
@@ -406,7 +408,7 @@ func TestIngressIdleConnectionsAreBounded(t *testing.T) {
 			t.Fatalf("port %d: %d %q", p, resp.StatusCode, body)
 		}
 	}
-	if n := ts.leaseConnections(sb.ID, 9000, ports); n > maxIdlePerLease {
-		t.Errorf("the server holds %d connections into the lease after %d requests, one at a time; want at most %d", n, ports, maxIdlePerLease)
+	if n := ts.leaseConnections(sb.ID, 9000, ports); n > network.MaxIdlePerLease {
+		t.Errorf("the server holds %d connections into the lease after %d requests, one at a time; want at most %d", n, ports, network.MaxIdlePerLease)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
 // hostPIDs returns the host pids of the processes of a lease whose
@@ -20,13 +22,13 @@ func hostPIDs(t *testing.T, ts *testServer, lease, prefix string) []int {
 	ts.srv.mu.Lock()
 	l := ts.srv.leases[lease]
 	ts.srv.mu.Unlock()
-	table, err := readProcTable()
+	table, err := proctree.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []int
 	for _, root := range l.hostRoots() {
-		for _, pid := range table.tree(root) {
+		for _, pid := range table.Tree(root) {
 			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 			if strings.HasPrefix(string(cmdline), prefix) {
 				out = append(out, pid)
@@ -222,7 +224,7 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	ts.srv.mu.Lock()
 	l := ts.srv.leases[lease]
 	ts.srv.mu.Unlock()
-	table, _ := readProcTable()
+	table, _ := proctree.Read()
 	roots := l.hostRoots()
 	if len(roots) == 0 {
 		t.Fatal("the lease runs nothing")
@@ -230,15 +232,15 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	if l.freezer() {
 		// The whole lease, its init too, is frozen by the kernel: a frozen
 		// task shows as D (v1), and SIGCONT does not wake it.
-		signalTrees([]int{l.machine.pid()}, syscall.SIGCONT)
+		proctree.Signal([]int{l.machine.Pid()}, syscall.SIGCONT)
 		if state := ts.freezerState(lease); state != "FROZEN" {
 			t.Errorf("the lease's freezer is %q while paused", state)
 		}
-		table, _ = readProcTable()
-		roots = []int{l.machine.pid()}
+		table, _ = proctree.Read()
+		roots = []int{l.machine.Pid()}
 	}
-	for _, p := range table.tree(roots[0]) {
-		if s := table.state[p]; s != 'T' && s != 'Z' && !(l.freezer() && s == 'D') {
+	for _, p := range table.Tree(roots[0]) {
+		if s := table.State(p); s != 'T' && s != 'Z' && !(l.freezer() && s == 'D') {
 			t.Errorf("process %d is in state %c while paused", p, s)
 		}
 	}
@@ -251,10 +253,10 @@ func TestPauseFreezesTheWholeTree(t *testing.T) {
 	}
 	ts.mustCall("POST", "/sandboxes/"+lease+"/resume", nil, &sb)
 	waitStatus(t, ts, lease, "running")
-	table, _ = readProcTable()
+	table, _ = proctree.Read()
 	running := 0
-	for _, p := range table.tree(roots[0]) {
-		if table.state[p] != 'T' && table.state[p] != 'D' {
+	for _, p := range table.Tree(roots[0]) {
+		if table.State(p) != 'T' && table.State(p) != 'D' {
 			running++
 		}
 	}

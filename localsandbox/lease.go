@@ -4,19 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
 	"time"
-)
 
-// Where a lease's directories appear to its processes in namespace mode.
-const (
-	sandboxWorkspace = "/workspace"
-	sandboxTmp       = "/tmp"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
 // Lease states, as the protocol names them.
@@ -47,20 +48,20 @@ type lease struct {
 	created   time.Time
 	isolation Isolation
 	// uid and gid are the host ids of the lease's root. A root server in
-	// namespace mode gives every lease a range of idsPerLease host ids of
-	// its own (idSlot, see ids.go), so that leases share no uid with each
-	// other or with the host's users; otherwise (idSlot -1) they are the
-	// server's HostUID/HostGID.
+	// namespace mode gives every lease a range of machine.IDsPerLease host
+	// ids of its own (idSlot, see machine/ids.go), so that leases share no
+	// uid with each other or with the host's users; otherwise (idSlot -1)
+	// they are the server's HostUID/HostGID.
 	uid, gid int
 	idSlot   int
 
-	rootfs  string      // the lower layer's name below Options.RootfsDir; "" = the host's
-	machine *machine    // the lease init (namespace mode)
-	cgroup  leaseCgroup // nil when the server enforces no limits
-	disk    *leaseDisk  // nil when the server does not bound disks
-	diskMax int64       // the lease's disk_mib in bytes
-	net     *leaseNet   // the network namespace the server made (network.go), or nil
-	netSpec netSpec     // the egress and ingress it was created with
+	rootfs  string           // the lower layer's name below Options.RootfsDir; "" = the host's
+	machine *machine.Machine // the lease init (namespace mode)
+	cgroup  machine.Cgroup   // nil when the server enforces no limits
+	disk    *machine.Disk    // nil when the server does not bound disks
+	diskMax int64            // the lease's disk_mib in bytes
+	net     *network.Net     // the network namespace the server made (network.go), or nil
+	netSpec netSpec          // the egress and ingress it was created with
 
 	// name is unique among the live leases; envs are set in every
 	// command's environment (their values are never shown).
@@ -77,6 +78,10 @@ type lease struct {
 	// spawning counts process starts in flight; they began while the lease
 	// was running, and a pause or destroy waits for them.
 	spawning sync.WaitGroup
+
+	// ingressInFlight counts the lease's preview requests being proxied;
+	// guarded by Server.ingress.mu (ingress.go).
+	ingressInFlight int
 
 	mu     sync.Mutex
 	idle   idleClock
@@ -142,10 +147,10 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		envs:       spec.envs,
 		forkedFrom: spec.forkedFrom,
 	}
-	l.workspaceHost = filepath.Join(l.dir, "workspace")
-	l.tmpHost = filepath.Join(l.dir, "tmp")
+	l.workspaceHost = filepath.Join(l.dir, leaseinit.WorkspaceDir)
+	l.tmpHost = filepath.Join(l.dir, leaseinit.TmpDir)
 	if l.isolation == IsolationNamespaces {
-		l.workspace, l.tmp = sandboxWorkspace, sandboxTmp
+		l.workspace, l.tmp = leaseinit.Workspace, leaseinit.Tmp
 	} else {
 		l.workspace, l.tmp = l.workspaceHost, l.tmpHost
 	}
@@ -156,13 +161,13 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	}
 	l.uid, l.gid, l.idSlot = s.hostUID, s.hostGID, -1
 	if l.isolation == IsolationNamespaces && os.Geteuid() == 0 {
-		slot, err := s.ids.take()
+		slot, err := s.ids.Take()
 		if err != nil {
 			os.Remove(l.dir)
-			return nil, err
+			return nil, noCapacity(err)
 		}
 		l.idSlot = slot
-		l.uid = s.opts.HostIDBase + slot*idsPerLease
+		l.uid = s.opts.HostIDBase + slot*machine.IDsPerLease
 		l.gid = l.uid
 	}
 	if l.isolation == IsolationNamespaces && s.diskErr == nil && spec.disk > 0 {
@@ -173,7 +178,7 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		}
 		if err != nil {
 			l.removeDirs()
-			return nil, err
+			return nil, noCapacity(err)
 		}
 	}
 	for _, dir := range []string{l.workspaceHost, l.tmpHost} {
@@ -181,12 +186,60 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 			l.removeDirs()
 			return nil, err
 		}
-		if err := l.chown(dir); err != nil {
+		if err := l.owner().Chown(dir); err != nil {
 			l.removeDirs()
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// newLeaseDisk makes the disk of lease id, of size bytes, mounted at dir,
+// if the host's file system has room for it beyond what is promised to the
+// other leases' disks (machine/disk.go).
+func (s *Server) newLeaseDisk(id string, size int64, dir string) (*machine.Disk, error) {
+	s.mu.Lock()
+	leases := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+	var promised int64
+	for _, l := range leases {
+		if l.disk == nil {
+			continue
+		}
+		l.mu.Lock()
+		copies := l.forks
+		l.mu.Unlock()
+		promised += l.disk.Promised(copies)
+	}
+	if err := machine.CheckRoom(s.opts.Root, promised); err != nil {
+		return nil, err
+	}
+	return machine.NewDisk(filepath.Join(s.opts.Root, disksDir), id, size, dir, s.disks)
+}
+
+// noCapacity answers a refusal for lack of room (a host id range, disk)
+// 503, as the hosted service says it.
+func noCapacity(err error) error {
+	if ce := (*machine.CapacityError)(nil); errors.As(err, &ce) {
+		return &apiError{http.StatusServiceUnavailable, ce.Msg}
+	}
+	return err
+}
+
+// owner is the host uid and gid of the lease's root.
+func (l *lease) owner() machine.Owner { return machine.Owner{UID: l.uid, GID: l.gid} }
+
+// machineSpec is what the machine of l is made of.
+func (s *Server) machineSpec(l *lease) *machine.Spec {
+	sp := &machine.Spec{Hostname: l.id, Dir: l.dir, ReadOnlyPaths: s.opts.ReadOnlyPaths, Owner: l.owner(), IDRange: l.idSlot >= 0,
+		ServerRoot: s.opts.Root, MaxProcs: s.opts.MaxProcesses, MaxOpenFiles: s.opts.MaxOpenFiles}
+	if l.rootfs != "" {
+		sp.Rootfs = filepath.Join(s.opts.RootfsDir, l.rootfs)
+	}
+	return sp
 }
 
 // startLease starts the machine of a lease whose directories exist (in
@@ -195,29 +248,34 @@ func (s *Server) startLease(l *lease) error {
 	if l.isolation != IsolationNamespaces {
 		return nil
 	}
-	var cg leaseCgroup
-	err := s.makeLeaseRoot(l)
+	spec := s.machineSpec(l)
+	var cg machine.Cgroup
+	err := spec.MakeRoot()
 	if err == nil && s.limiter != nil {
-		cg, err = s.limiter.create(l.id, limits{
-			memoryBytes: l.shape.MemoryBytes, maxTasks: int64(s.opts.MaxProcesses), vcpus: l.shape.VCPUs})
+		cg, err = s.limiter.Create(l.id, machine.Limits{
+			MemoryBytes: l.shape.MemoryBytes, MaxTasks: int64(s.opts.MaxProcesses), VCPUs: l.shape.VCPUs})
 	}
-	var net *leaseNet
+	var net *network.Net
 	if err == nil {
 		net, err = s.newLeaseNet(l, l.netSpec, cg)
 		// Under the lock, as machine below: a fork is viewed while it
-		// starts. startMachine starts the init in this network.
+		// starts. machine.Start starts the init in this network.
 		l.mu.Lock()
 		l.net = net
 		l.mu.Unlock()
 	}
-	var m *machine
+	var m *machine.Machine
 	if err == nil {
-		m, err = s.startMachine(l, cg)
+		var start func(*exec.Cmd) error
+		if net != nil {
+			start = net.Start
+		}
+		m, err = machine.Start(spec, cg, start)
 	}
 	if err != nil {
-		net.close()
+		net.Close()
 		if cg != nil {
-			cg.delete()
+			cg.Delete()
 		}
 		l.removeDirs()
 		return err
@@ -232,7 +290,7 @@ func (s *Server) startLease(l *lease) error {
 // parts returns the lease's machine and cgroup (nil until it has started,
 // or where there are none), for readers that do not otherwise synchronize
 // with its start (views, stats).
-func (l *lease) parts() (*machine, leaseCgroup) {
+func (l *lease) parts() (*machine.Machine, machine.Cgroup) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.machine, l.cgroup
@@ -246,11 +304,11 @@ func (l *lease) hostRoots() []int {
 	if m == nil {
 		return treeRoots(l.liveProcesses())
 	}
-	t, err := readProcTable()
+	t, err := proctree.Read()
 	if err != nil {
 		return nil
 	}
-	return t.children[m.pid()]
+	return t.Children(m.Pid())
 }
 
 // env is the environment a command starts with: the lease's standard
@@ -456,11 +514,11 @@ func (l *lease) pause() {
 	var err error
 	switch {
 	case l.freezer():
-		err = l.cgroup.freeze()
+		err = l.cgroup.Freeze()
 	case l.machine != nil:
-		err = freezeTrees([]int{l.machine.pid()}, 5*time.Second, l.machine.pid())
+		err = proctree.Freeze([]int{l.machine.Pid()}, 5*time.Second, l.machine.Pid())
 	default:
-		err = freezeTrees(treeRoots(l.liveProcesses()), 5*time.Second)
+		err = proctree.Freeze(treeRoots(l.liveProcesses()), 5*time.Second)
 	}
 	if err != nil {
 		l.server.log.Warn("pausing a sandbox failed", "sandbox", l.id, "err", err)
@@ -472,7 +530,7 @@ func (l *lease) pause() {
 
 // freezer reports whether the lease pauses through its cgroup's freezer.
 func (l *lease) freezer() bool {
-	return l.cgroup != nil && l.server.limiter.enforces("freezer")
+	return l.cgroup != nil && l.server.limiter.Enforces("freezer")
 }
 
 // resume thaws every process of the lease; it runs after the lease moved
@@ -480,9 +538,9 @@ func (l *lease) freezer() bool {
 func (l *lease) resume() {
 	var err error
 	if l.freezer() {
-		err = l.cgroup.thaw()
+		err = l.cgroup.Thaw()
 	} else {
-		err = signalTrees(l.hostRoots(), sigCont)
+		err = proctree.Signal(l.hostRoots(), sigCont)
 	}
 	if err != nil {
 		l.server.log.Warn("resuming a sandbox failed", "sandbox", l.id, "err", err)
@@ -501,12 +559,12 @@ func (l *lease) destroy() error {
 	l.mu.Unlock()
 	l.spawning.Wait()
 
-	if l.machine != nil && !l.machine.stop() {
+	if l.machine != nil && !l.machine.Stop() {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
 	}
-	l.net.close() // before the cgroup, which holds slirp4netns
+	l.net.Close() // before the cgroup, which holds slirp4netns
 	if l.cgroup != nil {
-		if err := l.cgroup.delete(); err != nil {
+		if err := l.cgroup.Delete(); err != nil {
 			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)
 		}
 	}
@@ -536,22 +594,15 @@ func (l *lease) destroy() error {
 // removeDirs removes the lease's directory, and its disk first.
 func (l *lease) removeDirs() error {
 	if l.disk != nil {
-		if err := l.disk.remove(); err != nil {
+		if err := l.disk.Remove(); err != nil {
 			return err
 		}
 	}
-	// The overlays leave their work/<layer>/work directories mode 000,
-	// which only a root server could remove as they are.
-	if works, err := filepath.Glob(filepath.Join(l.dir, workDir, "*", "work")); err == nil {
-		for _, w := range works {
-			os.Chmod(w, 0o700)
-		}
-	}
-	if err := os.RemoveAll(l.dir); err != nil {
+	if err := machine.RemoveDir(l.dir); err != nil {
 		return err // files of the lease's ids remain: keep its range
 	}
 	if l.idSlot >= 0 {
-		l.server.ids.release(l.idSlot)
+		l.server.ids.Release(l.idSlot)
 		l.idSlot = -1
 	}
 	return nil

@@ -2,16 +2,13 @@ package localsandbox
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/containerd/cgroups/v3"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 )
 
 // limitsData is the limits part of a sandbox's view.
@@ -44,12 +41,16 @@ func (ts *testServer) limits(lease string) limitsData {
 	return v.Limits
 }
 
+// hostHasCgroups reports whether a server here (root, in namespace mode)
+// gets the cgroups it needs.
+func hostHasCgroups() bool { return machine.NewLimiter("", true).Version() != "" }
+
 // requireEnforced skips a test on a host whose kernel cannot enforce the
 // limit (the view says so there: TestViewSaysWhatIsNotEnforced), and fails
 // it where the host can but the view does not say the lease has it.
 func requireEnforced(t *testing.T, ts *testServer, lease string, what func(limitsData) bool) {
 	t.Helper()
-	if v, _ := chooseCgroups(probeCgroupHost()); v == cgroupNone || os.Geteuid() != 0 {
+	if !hostHasCgroups() {
 		t.Skip("this host cannot enforce the limit")
 	}
 	if l := ts.limits(lease); !what(l) {
@@ -123,7 +124,7 @@ func TestCPUQuotaThrottles(t *testing.T) {
 // A host without cgroups: the view says nothing is enforced, the log says
 // so at start, and RequireLimits refuses to start.
 func TestViewSaysWhatIsNotEnforced(t *testing.T) {
-	t.Setenv(noCgroupsEnv, "1")
+	t.Setenv(machine.NoCgroupsEnv, "1")
 	var log strings.Builder
 	ts := startServer(t, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	l := ts.limits(ts.createLease())
@@ -140,55 +141,12 @@ func TestViewSaysWhatIsNotEnforced(t *testing.T) {
 }
 
 func TestRequireLimitsStartsWhereEnforced(t *testing.T) {
-	if v, _ := chooseCgroups(probeCgroupHost()); v == cgroupNone {
+	if !hostHasCgroups() {
 		t.Skip("no cgroups here")
 	}
 	ts := startServer(t, Options{RequireLimits: true})
 	if l := ts.limits(ts.createLease()); !l.MemoryEnforced || !l.ProcessesEnforced || !l.CPUEnforced || !l.PauseFreezes {
 		t.Errorf("view %+v", l)
-	}
-}
-
-func TestChooseCgroups(t *testing.T) {
-	all := []string{"memory", "pids", "cpu", "freezer"}
-	for _, tc := range []struct {
-		name    string
-		host    cgroupHost
-		want    cgroupVersion
-		missing []string
-	}{
-		{"unified with everything delegated", cgroupHost{mode: cgroups.Unified, v2Controllers: []string{"cpuset", "cpu", "io", "memory", "pids"}}, cgroupV2, nil},
-		{"unified without memory", cgroupHost{mode: cgroups.Unified, v2Controllers: []string{"cpu", "pids"}}, cgroupNone, all},
-		{"hybrid, v2 with only hugetlb (this machine)", cgroupHost{mode: cgroups.Hybrid, v2Controllers: []string{"hugetlb"}, v1Controllers: all}, cgroupV1, nil},
-		{"hybrid, v2 with everything", cgroupHost{mode: cgroups.Hybrid, v2Controllers: []string{"memory", "pids", "cpu"}, v1Controllers: all}, cgroupV2, nil},
-		{"legacy without freezer", cgroupHost{mode: cgroups.Legacy, v1Controllers: []string{"memory", "pids", "cpu"}}, cgroupV1, []string{"freezer"}},
-		{"legacy, nothing writable", cgroupHost{mode: cgroups.Legacy}, cgroupNone, all},
-		{"unavailable", cgroupHost{mode: cgroups.Unavailable}, cgroupNone, all},
-	} {
-		v, missing := chooseCgroups(tc.host)
-		if v != tc.want || !slices.Equal(missing, tc.missing) {
-			t.Errorf("%s: %q missing %v, want %q missing %v", tc.name, v, missing, tc.want, tc.missing)
-		}
-	}
-}
-
-func TestCgroupV2Resources(t *testing.T) {
-	r := v2Resources(limits{memoryBytes: 256 << 20, maxTasks: 512, vcpus: 0.25})
-	got := map[string]string{}
-	for _, v := range r.Values() {
-		// Value keeps its fields to itself; its printed form is {file value}.
-		file, value, _ := strings.Cut(strings.Trim(fmt.Sprint(v), "{}"), " ")
-		got[file] = value
-	}
-	for file, want := range map[string]string{
-		"memory.max": "268435456", "memory.swap.max": "0", "pids.max": "512", "cpu.max": "25000 100000",
-	} {
-		if got[file] != want {
-			t.Errorf("%s = %q, want %q (all: %v)", file, got[file], want, got)
-		}
-	}
-	if c := r.EnabledControllers(); !slices.Contains(c, "memory") || !slices.Contains(c, "pids") || !slices.Contains(c, "cpu") {
-		t.Errorf("controllers %v", c)
 	}
 }
 
@@ -210,7 +168,7 @@ func TestDiskLimitFailsWritesWithENOSPC(t *testing.T) {
 	if v.Limits.DiskBytes != 64<<20 {
 		t.Errorf("disk_bytes %d", v.Limits.DiskBytes)
 	}
-	if diskSupport() != nil {
+	if machine.DiskSupport() != nil {
 		t.Skip("this host cannot bound disks")
 	}
 	if !v.Limits.DiskEnforced {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // The done-when of a lease as one machine: a server started in the
@@ -67,7 +69,7 @@ func TestPsShowsTheLeasesProcessesOnly(t *testing.T) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	want := map[string]bool{"sleep 1002": false, "sleep 1003": false, initArg0: false}
+	want := map[string]bool{"sleep 1002": false, "sleep 1003": false, leaseinit.Arg0: false}
 	for _, line := range lines {
 		f := strings.Fields(line)
 		if len(f) < 2 {
@@ -75,9 +77,9 @@ func TestPsShowsTheLeasesProcessesOnly(t *testing.T) {
 		}
 		args := strings.Join(f[1:], " ")
 		switch {
-		case f[0] == "1" && strings.HasPrefix(args, initArg0):
-			want[initArg0] = true
-		case strings.HasPrefix(args, initArg0): // the supervisor of the managed sleep
+		case f[0] == "1" && strings.HasPrefix(args, leaseinit.Arg0):
+			want[leaseinit.Arg0] = true
+		case strings.HasPrefix(args, leaseinit.Arg0): // the supervisor of the managed sleep
 		case args == "sleep 1002", args == "sleep 1003":
 			want[args] = true
 		case strings.HasPrefix(args, "/bin/bash -c ps"), strings.HasPrefix(args, "bash -c"):

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // Isolation is how a server separates leases from the host and from each
@@ -250,7 +253,7 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("localsandbox: read-only path %q must be a clean absolute path below /", p)
 		}
 		switch p {
-		case sandboxWorkspace, sandboxTmp, "/proc", "/dev":
+		case leaseinit.Workspace, leaseinit.Tmp, "/proc", "/dev":
 			return o, fmt.Errorf("localsandbox: read-only path %q is reserved", p)
 		}
 	}
@@ -284,8 +287,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DiskBudgetMiB < 0 {
 		return o, fmt.Errorf("localsandbox: DiskBudgetMiB must not be negative")
 	}
-	if o.JournalBytes < maxChunk {
-		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", maxChunk)
+	if o.JournalBytes < journal.MaxChunk {
+		return o, fmt.Errorf("localsandbox: JournalBytes must be at least %d", journal.MaxChunk)
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,12 +28,12 @@ type process struct {
 	// cmd is the supervisor on the host (process-group mode); in namespace
 	// mode the command is machineID of the lease's machine instead.
 	cmd       *exec.Cmd
-	machine   *machine
+	machine   *machine.Machine
 	machineID uint64
 	// untilExit: the journal is complete at the main process's exit (an
 	// exec in a lease, whose background processes may keep its pipes).
 	untilExit bool
-	journal   *journal
+	journal   *journal.Journal
 	record    *ProcessRecord // owned by the server's history; guarded by history.mu
 
 	// What the API shows of it: the command, its working directory, when
@@ -46,12 +50,12 @@ type process struct {
 	stdinMu sync.Mutex
 	stdin   *os.File // nil once closed
 
-	startCh    chan initMessage // the init's first message
-	mainExited chan struct{}    // closed once the exit status is known
-	done       chan struct{}    // closed once the tree is gone and the journal complete
+	startCh    chan leaseinit.Status // the init's first message
+	mainExited chan struct{}         // closed once the exit status is known
+	done       chan struct{}         // closed once the tree is gone and the journal complete
 
 	mu       sync.Mutex
-	exit     *exitStatus
+	exit     *journal.ExitStatus
 	finished time.Time // when exit was set
 
 	retired bool // filed by lease.retireLocked; guarded by lease.mu
@@ -62,13 +66,6 @@ type process struct {
 type startError struct{ msg string }
 
 func (e *startError) Error() string { return e.msg }
-
-// killConfirmTimeout bounds how long a tree may take to disappear after
-// SIGKILL before the server says it cannot confirm it.
-const killConfirmTimeout = 10 * time.Second
-
-// startTimeout bounds how long a new init may take to report.
-const startTimeout = 30 * time.Second
 
 // spawn starts argv in the lease: through its lease init in namespace
 // mode, under a new supervisor on the host in process-group mode. It
@@ -85,19 +82,22 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		argv:       argv,
 		cwd:        l.resolveCwd(cwd),
 		created:    time.Now(),
-		startCh:    make(chan initMessage, 1),
+		startCh:    make(chan leaseinit.Status, 1),
 		mainExited: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	if l.machine != nil {
-		kind := kindProcess
+		kind := leaseinit.KindProcess
 		if oneShot {
-			kind = kindExec
+			kind = leaseinit.KindExec
 		}
 		p.machine = l.machine
 		p.untilExit = oneShot
 		fds := []int{int(files.stdinR.Fd()), int(files.stdoutW.Fd()), int(files.stderrW.Fd()), int(files.statusW.Fd())}
-		p.machineID, err = l.machine.spawn(kind, argv, p.cwd, env, fds)
+		p.machineID, err = l.machine.Spawn(kind, argv, p.cwd, env, fds)
+		if errors.Is(err, machine.ErrCommandTooLong) {
+			err = &startError{err.Error()}
+		}
 		if err != nil {
 			files.closeAll()
 			return nil, err
@@ -109,7 +109,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 	files.closeChildEnds() // ours would keep the pipes open
 
 	p.id = newID("proc-")
-	p.journal = newJournal(s.opts.JournalBytes, s.opts.StallTimeout)
+	p.journal = journal.New(s.opts.JournalBytes, s.opts.StallTimeout)
 	p.record = s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: p.id, Argv: argv, Exec: oneShot, Start: time.Now()})
 	p.stdin = files.stdinW
 	pumpDone := make(chan struct{})
@@ -128,9 +128,9 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		p.finish(s)
 	}()
 
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(leaseinit.StartTimeout)
 	defer timer.Stop()
-	var msg initMessage
+	var msg leaseinit.Status
 	select {
 	case msg = <-p.startCh:
 	case <-p.done:
@@ -153,7 +153,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 	}
 	<-p.done
 	s.history.remove(p.record)
-	if msg.FailureKind == failCwd || msg.FailureKind == failCommand {
+	if msg.FailureKind == leaseinit.FailCwd || msg.FailureKind == leaseinit.FailCommand {
 		return nil, &startError{msg.Failure}
 	}
 	return nil, fmt.Errorf("setting up the sandbox: %s", msg.Failure)
@@ -162,7 +162,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 // startSupervisor starts argv under a new supervisor on the host, for
 // process-group mode.
 func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []string, files *initFiles) (*exec.Cmd, error) {
-	cfg := initConfig{
+	cfg := leaseinit.SupervisorConfig{
 		Argv:          argv,
 		Cwd:           l.resolveCwd(cwd),
 		Env:           env,
@@ -181,7 +181,7 @@ func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []stri
 	defer configR.Close()
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
-		Args: []string{initArg0, s.opts.Root},
+		Args: []string{leaseinit.Arg0, s.opts.Root},
 		// Nothing of the server's environment. A race-detector build of the
 		// server would otherwise pause every init for a second at exit.
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
@@ -262,11 +262,6 @@ func (f *initFiles) closeAll() {
 	}
 }
 
-// maxStatusLine bounds a line on a status pipe. A longer line, or one that
-// does not parse, is a protocol failure: the tree is killed, and nothing of
-// the line is taken for an exit status.
-const maxStatusLine = 4 << 10
-
 // pump moves output from the pipes into the journal and reads the init's
 // messages, until every pipe is closed (or, with untilExit, until the exit
 // is known and the status pipe closed: then it drains what the pipes hold
@@ -279,7 +274,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 		{Fd: int32(stderrR), Events: unix.POLLIN},
 		{Fd: int32(statusR), Events: unix.POLLIN},
 	}
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, journal.MaxChunk)
 	var status []byte
 	open := len(fds)
 	closeFD := func(i int) {
@@ -291,7 +286,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 	read := func(i int) (n int, more bool) {
 		n, err := unix.Read(int(fds[i].Fd), buf)
 		if n > 0 {
-			p.output(stream(i), buf[:n])
+			p.output(journal.Stream(i), buf[:n])
 			return n, true
 		}
 		if err == unix.EAGAIN || err == unix.EINTR {
@@ -303,7 +298,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 	drain := func(i int) {
 		limit, err := unix.FcntlInt(uintptr(fds[i].Fd), unix.F_GETPIPE_SZ, 0)
 		if err != nil {
-			limit = maxChunk
+			limit = journal.MaxChunk
 		}
 		for total := 0; fds[i].Fd >= 0 && total < limit; {
 			n, more := read(i)
@@ -363,13 +358,13 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 		for fds[2].Fd >= 0 {
 			line, rest, ok := bytes.Cut(status, []byte{'\n'})
 			if !ok {
-				if len(status) > maxStatusLine {
+				if len(status) > leaseinit.MaxStatusLine {
 					protocolFailure()
 				}
 				break
 			}
 			status = rest
-			msg, ok := decodeStatusLine(line)
+			msg, ok := leaseinit.DecodeStatus(line)
 			if !ok {
 				protocolFailure()
 				break
@@ -380,7 +375,7 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 						drain(i)
 					}
 				}
-				p.setExit(exitStatus{Code: msg.ExitCode, Signal: msg.Signal})
+				p.setExit(journal.ExitStatus{Code: msg.ExitCode, Signal: msg.Signal})
 			} else {
 				select {
 				case p.startCh <- msg:
@@ -404,7 +399,7 @@ func discard(fds []int) {
 	for i, fd := range fds {
 		poll[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	}
-	buf := make([]byte, maxChunk)
+	buf := make([]byte, journal.MaxChunk)
 	for open := len(poll); open > 0; {
 		if _, err := unix.Poll(poll, -1); err != nil && err != unix.EINTR {
 			break
@@ -431,16 +426,16 @@ func discard(fds []int) {
 const headBytes = 4 << 10
 
 // output appends a copy of data to the journal.
-func (p *process) output(s stream, data []byte) {
+func (p *process) output(s journal.Stream, data []byte) {
 	chunk := bytes.Clone(data)
-	if s == stdoutStream {
+	if s == journal.Stdout {
 		p.lease.server.history.appendStdout(p.record, chunk)
 	}
-	p.journal.append(s, chunk)
+	p.journal.Append(s, chunk)
 }
 
 // setExit records the main process's exit status, once.
-func (p *process) setExit(st exitStatus) {
+func (p *process) setExit(st journal.ExitStatus) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exit != nil {
@@ -448,16 +443,16 @@ func (p *process) setExit(st exitStatus) {
 	}
 	p.exit = &st
 	p.finished = time.Now()
-	p.journal.setExit(st)
+	p.journal.SetExit(st)
 	close(p.mainExited)
 }
 
 // exitStatus returns the main process's exit status, if it is known.
-func (p *process) exitStatus() (exitStatus, bool) {
+func (p *process) exitStatus() (journal.ExitStatus, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exit == nil {
-		return exitStatus{}, false
+		return journal.ExitStatus{}, false
 	}
 	return *p.exit, true
 }
@@ -465,12 +460,12 @@ func (p *process) exitStatus() (exitStatus, bool) {
 // finish runs once the init was reaped and its pipes are closed: nothing of
 // the tree is left.
 func (p *process) finish(s *Server) {
-	st := exitStatus{Signal: "SIGKILL"}
+	st := journal.ExitStatus{Signal: "SIGKILL"}
 	if p.cmd == nil {
 	} else if ps := p.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			// The init was killed, and with it the command.
-			st = exitStatus{Signal: unix.SignalName(ws.Signal())}
+			st = journal.ExitStatus{Signal: unix.SignalName(ws.Signal())}
 		}
 	}
 	p.setExit(st)
@@ -490,7 +485,7 @@ func (p *process) signal(sig syscall.Signal) {
 		return
 	}
 	if p.machine != nil {
-		p.machine.signal(p.machineID, sig)
+		p.machine.Signal(p.machineID, sig)
 		return
 	}
 	p.cmd.Process.Signal(sig)
@@ -501,17 +496,17 @@ func (p *process) signal(sig syscall.Signal) {
 // process-group mode. An exec in a lease whose main process has exited has
 // no tree anymore: what it left running belongs to the lease.
 func (p *process) kill() {
-	p.journal.release()
+	p.journal.Release()
 	if p.machine != nil {
 		if _, exited := p.exitStatus(); exited && p.oneShot {
 			return
 		}
-		p.machine.kill(p.machineID)
+		p.machine.Kill(p.machineID)
 		return
 	}
 	roots := []int{p.cmd.Process.Pid}
-	freezeTrees(roots, time.Second)
-	signalTrees(roots, syscall.SIGKILL)
+	proctree.Freeze(roots, time.Second)
+	proctree.Signal(roots, syscall.SIGKILL)
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
 }
@@ -525,7 +520,7 @@ func (p *process) terminate(grace time.Duration) bool {
 	default:
 	}
 	p.terminating.Store(true)
-	p.journal.release()
+	p.journal.Release()
 	if grace > 0 {
 		p.signal(syscall.SIGTERM)
 		timer := time.NewTimer(grace)
@@ -537,7 +532,7 @@ func (p *process) terminate(grace time.Duration) bool {
 		}
 	}
 	p.kill()
-	timer := time.NewTimer(killConfirmTimeout)
+	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:

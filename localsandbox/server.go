@@ -17,6 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,13 +33,13 @@ type Server struct {
 	isolation Isolation
 	hostUID   int
 	hostGID   int
-	ids       idSlots // the leases' host id ranges (a root server)
+	ids       *machine.IDSlots // the leases' host id ranges (a root server)
 	lock      *os.File
 	handler   http.Handler
 	history   *history
-	limiter   *limiter   // the leases' cgroups; set after the isolation probe
-	diskErr   error      // why leases' disks are not bounded (nil: they are)
-	disks     diskBudget // Options.DiskBudgetMiB and what the leases' disks hold (disk.go)
+	limiter   *machine.Limiter    // the leases' cgroups; set after the isolation probe
+	diskErr   error               // why leases' disks are not bounded (nil: they are)
+	disks     *machine.DiskBudget // Options.DiskBudgetMiB and what the leases' disks hold
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -58,7 +62,8 @@ type Server struct {
 
 // Files and directories under Options.Root.
 const (
-	leasesDir  = "leases"
+	leasesDir  = "leases"    // <id>: a lease directory, on its disk
+	disksDir   = "disks"     // <id>.img: the image of a lease's disk
 	rootMarker = ".sandboxd" // marks a directory as a sandboxd root
 	lockFile   = ".lock"
 )
@@ -83,12 +88,12 @@ func New(opts Options) (*Server, error) {
 		idempotency: make(map[string]*idempotentCreate),
 		names:       make(map[string]bool),
 		servers:     make(map[*http.Server]struct{}),
-		disks:       diskBudget{bytes: int64(opts.DiskBudgetMiB) * mib},
+		ids:         machine.NewIDSlots(2 * opts.MaxLeases),
+		disks:       machine.NewDiskBudget(int64(opts.DiskBudgetMiB) * mib),
 	}
-	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*idsPerLease >= 1<<32-1 {
+	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*machine.IDsPerLease >= 1<<32-1 {
 		return nil, fmt.Errorf("localsandbox: HostIDBase %d leaves no room for the id ranges of %d sandboxes", opts.HostIDBase, 2*opts.MaxLeases)
 	}
-	s.ids.init(2 * opts.MaxLeases)
 	if os.Geteuid() == 0 {
 		s.hostUID, s.hostGID = opts.HostUID, opts.HostGID
 	} else {
@@ -116,13 +121,13 @@ func New(opts Options) (*Server, error) {
 // setUpLimits settles which limits of a shape the kernel enforces, says so,
 // and refuses to go on without all of them under RequireLimits.
 func (s *Server) setUpLimits() error {
-	s.limiter = newLimiter(s.opts.Root, s.isolation == IsolationNamespaces)
-	if s.diskErr = diskSupport(); s.isolation != IsolationNamespaces {
+	s.limiter = machine.NewLimiter(s.opts.Root, s.isolation == IsolationNamespaces)
+	if s.diskErr = machine.DiskSupport(); s.isolation != IsolationNamespaces {
 		s.diskErr = errors.New("no namespaces")
-	} else if os.Getenv(noCgroupsEnv) != "" {
+	} else if os.Getenv(machine.NoCgroupsEnv) != "" {
 		s.diskErr = errors.New("disabled for a test")
 	}
-	s.limiter.sweep()
+	s.limiter.Sweep()
 	enforced := s.enforcedLimits()
 	var missing []string
 	for _, c := range []struct {
@@ -134,24 +139,32 @@ func (s *Server) setUpLimits() error {
 		}
 	}
 	if len(missing) == 0 {
-		s.log.Info("sandbox shapes are enforced by the kernel", "cgroup", s.limiter.version)
+		s.log.Info("sandbox shapes are enforced by the kernel", "cgroup", s.limiter.Version())
 		return nil
 	}
 	if s.opts.RequireLimits {
 		return fmt.Errorf("%w: not enforced: %s (cgroup %q; the server must be root, in namespace mode, with those cgroup controllers)",
-			errLimitsNotEnforced, strings.Join(missing, ", "), s.limiter.version)
+			errLimitsNotEnforced, strings.Join(missing, ", "), s.limiter.Version())
 	}
-	s.log.Warn("some limits of a sandbox's shape are NOT enforced: they are reported, not applied", "not_enforced", strings.Join(missing, ","), "cgroup", s.limiter.version)
+	s.log.Warn("some limits of a sandbox's shape are NOT enforced: they are reported, not applied", "not_enforced", strings.Join(missing, ","), "cgroup", s.limiter.Version())
 	return nil
+}
+
+// errLimitsNotEnforced is what RequireLimits refuses to start with.
+var errLimitsNotEnforced = errors.New("localsandbox: RequireLimits: this host cannot enforce every limit of a shape")
+
+// enforcedLimits says which limits of a shape the kernel enforces.
+type enforcedLimits struct {
+	Memory, Processes, CPU, Freezer, Disk bool
 }
 
 // enforcedLimits says which limits the server's leases get.
 func (s *Server) enforcedLimits() enforcedLimits {
 	return enforcedLimits{
-		Memory:    s.limiter.enforces("memory"),
-		Processes: s.limiter.enforces("pids"),
-		CPU:       s.limiter.enforces("cpu"),
-		Freezer:   s.limiter.enforces("freezer"),
+		Memory:    s.limiter.Enforces("memory"),
+		Processes: s.limiter.Enforces("pids"),
+		CPU:       s.limiter.Enforces("cpu"),
+		Freezer:   s.limiter.Enforces("freezer"),
 		Disk:      s.diskErr == nil,
 	}
 }
@@ -187,42 +200,6 @@ func (s *Server) takeRoot() error {
 		return fmt.Errorf("localsandbox: root %s is in use by another server", root)
 	}
 	s.lock = f
-	return nil
-}
-
-// sweep kills every process a previous server on this root left running
-// and removes its leases.
-func (s *Server) sweep() error {
-	for attempt := 0; ; attempt++ {
-		pids, err := SandboxProcesses(s.opts.Root)
-		if err != nil {
-			return fmt.Errorf("localsandbox: sweep: %w", err)
-		}
-		if len(pids) == 0 {
-			break
-		}
-		if attempt == 0 {
-			s.log.Warn("killing processes left behind by a previous server", "root", s.opts.Root, "count", len(pids))
-		}
-		if attempt == 100 {
-			return fmt.Errorf("localsandbox: sweep: %d leftover processes do not die", len(pids))
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s.sweepDisks()
-	dir := filepath.Join(s.opts.Root, leasesDir)
-	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("localsandbox: sweep: %w", err)
-	}
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return fmt.Errorf("localsandbox: %w", err)
-	}
 	return nil
 }
 
@@ -293,10 +270,10 @@ func (s *Server) probe() error {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(startTimeout):
+	case <-time.After(leaseinit.StartTimeout):
 		return errors.New("the probe did not finish")
 	}
-	if st, _ := p.exitStatus(); st != (exitStatus{}) {
+	if st, _ := p.exitStatus(); st != (journal.ExitStatus{}) {
 		return fmt.Errorf("the probe ended with %+v", st)
 	}
 	return nil
@@ -407,7 +384,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
 	}
-	s.limiter.close()
+	s.limiter.Close()
 	s.lock.Close()
 	close(errs)
 	var all []error
@@ -437,16 +414,16 @@ func (s *Server) Stats() (Stats, error) {
 		leases = append(leases, l)
 	}
 	s.mu.Unlock()
-	t, err := readProcTable()
+	t, err := proctree.Read()
 	if err != nil {
 		return Stats{}, err
 	}
 	n := 0
 	for _, l := range leases {
 		if m, _ := l.parts(); m != nil {
-			n += t.count(t.children[m.pid()])
+			n += t.Count(t.Children(m.Pid()))
 		} else {
-			n += t.count(treeRoots(l.liveProcesses()))
+			n += t.Count(treeRoots(l.liveProcesses()))
 		}
 	}
 	return Stats{Leases: len(leases), Processes: n, ProcessesStarted: s.started.Load()}, nil
@@ -456,14 +433,6 @@ func (s *Server) Stats() (Stats, error) {
 // including those of destroyed leases (the newest Options.HistorySize).
 // Tests count from it how many times a command really ran.
 func (s *Server) History() []ProcessRecord { return s.history.snapshot() }
-
-// chown gives path to the lease's root (its host uid and gid).
-func (l *lease) chown(path string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return os.Lchown(path, l.uid, l.gid)
-}
 
 // newID returns prefix followed by 16 random hex digits.
 func newID(prefix string) string {

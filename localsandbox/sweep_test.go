@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // A test binary started with childServerEnv set runs a server on that root
@@ -123,7 +125,7 @@ func waitForLeftovers(t *testing.T, root string, survivors bool) int {
 		inits := 0
 		for _, pid := range pids {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if strings.HasPrefix(string(cmdline), initArg0+"\x00") {
+			if strings.HasPrefix(string(cmdline), leaseinit.Arg0+"\x00") {
 				inits++
 			}
 		}
@@ -155,12 +157,12 @@ func TestSweepKillsLeftoverInits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := initConfig{Argv: []string{"sleep", "1000"}, Cwd: "/", Env: []string{"PATH=" + sandboxPath},
+	cfg := leaseinit.SupervisorConfig{Argv: []string{"sleep", "1000"}, Cwd: "/", Env: []string{"PATH=" + sandboxPath},
 		WorkspacePath: lease.workspaceHost}
 	configR, configW, _ := os.Pipe()
 	statusR, statusW, _ := os.Pipe()
 	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{initArg0, root}
+	cmd.Args = []string{leaseinit.Arg0, root}
 	cmd.ExtraFiles = []*os.File{configR, statusW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

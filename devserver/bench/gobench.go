@@ -41,7 +41,7 @@ var microBenchmarks = []microBenchmark{
 func MicroBenchmarks(ctx context.Context, moduleDir, benchtime string) ([]Row, error) {
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$",
 		"-bench", "^(BenchmarkDecodeOutput|BenchmarkDecodeOutputFloor|BenchmarkJournal|BenchmarkJournalFloor)$",
-		"-benchtime", benchtime, "-count", "1", "./createos", "./localsandbox")
+		"-benchtime", benchtime, "-count", "1", "./createos", "./localsandbox/internal/journal")
 	cmd.Dir = moduleDir
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

@@ -1,4 +1,4 @@
-package localsandbox
+package leaseinit
 
 import (
 	"encoding/json"
@@ -14,13 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/confine"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
 // The lease init: pid 1 of a lease.
 //
-// The server re-executes its own binary as argv = [initArg0, root,
-// leaseInitArg] in fresh user, mount, PID, UTS, IPC and network namespaces
-// (machine.go). Before it runs anything of the lease it
+// The server re-executes its own binary as argv = [Arg0, root,
+// LeaseArg] in fresh user, mount, PID, UTS, IPC and network namespaces
+// (package machine, machine.go). Before it runs anything of the lease it
 //
 //   - is in a session of its own, without a controlling terminal (the
 //     server starts it with setsid), and sees no host /dev/tty or
@@ -43,9 +44,6 @@ import (
 // kernel thereby every process of the lease) when the sandbox is destroyed,
 // and it dies with the server (parent-death signal).
 
-// leaseInitArg is argv[2] of a lease init.
-const leaseInitArg = "lease"
-
 // machineCtlFD is the init's end of the control socket.
 const machineCtlFD = 3
 
@@ -54,20 +52,20 @@ func runLeaseInit() int {
 	unix.CloseRange(machineCtlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	unix.Setsid() // already a session leader when the server started it so
 	ctl := machineCtlFD
-	reply := func(r machineReply) {
+	reply := func(r Reply) {
 		b, _ := json.Marshal(r)
 		unix.Sendmsg(ctl, b, nil, nil, 0)
 	}
 
-	buf := make([]byte, maxRequestBytes)
-	oob := make([]byte, unix.CmsgSpace(4*maxRequestFDs))
+	buf := make([]byte, MaxRequestBytes)
+	oob := make([]byte, unix.CmsgSpace(4*MaxRequestFDs))
 	msg, fds, err := recvRequest(ctl, buf, oob)
 	if err != nil {
 		return 1 // the server is gone
 	}
-	var cfg machineConfig
+	var cfg Config
 	if err := json.Unmarshal(msg, &cfg); err != nil {
-		reply(machineReply{Failure: "reading the configuration: " + err.Error()})
+		reply(Reply{Failure: "reading the configuration: " + err.Error()})
 		return 1
 	}
 	err = buildRoot(&cfg, fds)
@@ -81,7 +79,7 @@ func runLeaseInit() int {
 		err = confineChild()
 	}
 	if err != nil {
-		reply(machineReply{Failure: err.Error()})
+		reply(Reply{Failure: err.Error()})
 		return 1
 	}
 
@@ -103,13 +101,13 @@ func runLeaseInit() int {
 
 	in := &leaseInit{cfg: &cfg, cmds: make(map[uint64]*initCmd), byPID: make(map[int]*initCmd), forked: make(chan struct{}, 1)}
 	go in.reap()
-	reply(machineReply{Ready: true})
+	reply(Reply{Ready: true})
 	for {
 		msg, fds, err := recvRequest(ctl, buf, oob)
 		if err != nil {
 			return 0 // the server closed its end: the lease is over
 		}
-		var req machineRequest
+		var req Request
 		if json.Unmarshal(msg, &req) != nil {
 			closeAll(fds)
 			continue
@@ -171,7 +169,7 @@ func closeAll(fds []int) {
 
 // leaseInit is the init's table of the commands it started.
 type leaseInit struct {
-	cfg *machineConfig
+	cfg *Config
 
 	mu    sync.Mutex // held across fork and registration, so reap finds every child
 	cmds  map[uint64]*initCmd
@@ -189,7 +187,7 @@ type initCmd struct {
 	status *os.File // an exec's status pipe, until its exit is reported
 }
 
-func (in *leaseInit) handle(req *machineRequest, fds []int) {
+func (in *leaseInit) handle(req *Request, fds []int) {
 	switch req.Op {
 	case "spawn":
 		in.spawn(req, fds)
@@ -202,18 +200,18 @@ func (in *leaseInit) handle(req *machineRequest, fds []int) {
 			return
 		}
 		switch {
-		case req.Op == "signal" && c.kind == kindExec:
+		case req.Op == "signal" && c.kind == KindExec:
 			syscall.Kill(-c.pid, syscall.Signal(req.Signal))
 		case req.Op == "signal":
 			syscall.Kill(c.pid, syscall.Signal(req.Signal)) // the supervisor forwards it
-		case c.kind == kindExec:
+		case c.kind == KindExec:
 			syscall.Kill(-c.pid, syscall.SIGKILL)
 		default:
 			// The supervisor's tree holds every descendant (it is their
 			// subreaper): stop them all, then kill them.
 			roots := []int{c.pid}
-			freezeTrees(roots, killConfirmTimeout/10)
-			signalTrees(roots, syscall.SIGKILL)
+			proctree.Freeze(roots, KillConfirmTimeout/10)
+			proctree.Signal(roots, syscall.SIGKILL)
 		}
 	default:
 		closeAll(fds)
@@ -221,20 +219,20 @@ func (in *leaseInit) handle(req *machineRequest, fds []int) {
 }
 
 // spawn starts a command with fds = stdin, stdout, stderr, status.
-func (in *leaseInit) spawn(req *machineRequest, fds []int) {
+func (in *leaseInit) spawn(req *Request, fds []int) {
 	if len(fds) != 4 {
 		closeAll(fds)
 		return
 	}
 	status := os.NewFile(uintptr(fds[3]), "status")
-	report := func(m initMessage) { status.Write(m.encode()) }
+	report := func(m Status) { status.Write(m.Encode()) }
 	defer func() {
 		for _, fd := range fds[:3] {
 			unix.Close(fd)
 		}
 	}()
 	if len(req.Argv) == 0 {
-		report(initMessage{Failure: "no command", FailureKind: failSetup})
+		report(Status{Failure: "no command", FailureKind: FailSetup})
 		status.Close()
 		return
 	}
@@ -247,33 +245,33 @@ func (in *leaseInit) spawn(req *machineRequest, fds []int) {
 	)
 	var configW *os.File
 	switch req.Kind {
-	case kindExec:
+	case KindExec:
 		if err := checkDir(req.Cwd); err != nil {
-			report(initMessage{Failure: fmt.Sprintf("working directory %s: %v", req.Cwd, err), FailureKind: failCwd})
+			report(Status{Failure: fmt.Sprintf("working directory %s: %v", req.Cwd, err), FailureKind: FailCwd})
 			status.Close()
 			return
 		}
 		p, err := lookPathIn(req.Argv[0], req.Cwd, req.Env)
 		if err != nil {
-			report(initMessage{Failure: err.Error(), FailureKind: failCommand})
+			report(Status{Failure: err.Error(), FailureKind: FailCommand})
 			status.Close()
 			return
 		}
 		path, argv = p, req.Argv
 		attr.Dir = req.Cwd
 		attr.Sys = &syscall.SysProcAttr{Setpgid: true}
-	case kindProcess:
+	case KindProcess:
 		// The supervisor is this binary again, in process-group (subreaper)
 		// mode, inside the lease; it reports on the status pipe itself.
 		configR, w, err := os.Pipe()
 		if err != nil {
-			report(initMessage{Failure: err.Error(), FailureKind: failSetup})
+			report(Status{Failure: err.Error(), FailureKind: FailSetup})
 			status.Close()
 			return
 		}
 		defer configR.Close()
 		configW = w
-		path, argv = "/proc/self/exe", []string{initArg0, in.cfg.Root}
+		path, argv = "/proc/self/exe", []string{Arg0, in.cfg.Root}
 		attr.Env = []string{"GORACE=atexit_sleep_ms=0"}
 		files = append(files, configR.Fd(), status.Fd())
 	default:
@@ -289,17 +287,17 @@ func (in *leaseInit) spawn(req *machineRequest, fds []int) {
 		if configW != nil {
 			configW.Close()
 		}
-		report(initMessage{Failure: fmt.Sprintf("%s: %v", req.Argv[0], err), FailureKind: failCommand})
+		report(Status{Failure: fmt.Sprintf("%s: %v", req.Argv[0], err), FailureKind: FailCommand})
 		status.Close()
 		return
 	}
 	c := &initCmd{id: req.ID, kind: req.Kind, pid: pid}
 	in.cmds[c.id] = c
 	in.byPID[pid] = c
-	if req.Kind == kindExec {
+	if req.Kind == KindExec {
 		// Before reap, which waits for the lock, can report its exit.
 		c.status = status
-		report(initMessage{Started: true, Pid: pid})
+		report(Status{Started: true, Pid: pid})
 	}
 	in.mu.Unlock()
 	select {
@@ -307,11 +305,11 @@ func (in *leaseInit) spawn(req *machineRequest, fds []int) {
 	default:
 	}
 
-	if req.Kind == kindExec {
+	if req.Kind == KindExec {
 		return
 	}
 	status.Close() // the supervisor has it
-	cfg := initConfig{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, WorkspacePath: sandboxWorkspace}
+	cfg := SupervisorConfig{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, WorkspacePath: Workspace}
 	go func() {
 		json.NewEncoder(configW).Encode(cfg)
 		configW.Close()
@@ -344,9 +342,9 @@ func (in *leaseInit) reap() {
 		if c == nil || c.status == nil {
 			continue
 		}
-		m := initMessage{Exited: true, ExitCode: ws.ExitStatus()}
+		m := Status{Exited: true, ExitCode: ws.ExitStatus()}
 		if ws.Signaled() {
-			m = initMessage{Exited: true, Signal: unix.SignalName(ws.Signal())}
+			m = Status{Exited: true, Signal: unix.SignalName(ws.Signal())}
 		}
 		b, _ := json.Marshal(m)
 		c.status.Write(append(b, '\n'))

@@ -1,4 +1,4 @@
-package localsandbox
+package machine
 
 import (
 	"errors"

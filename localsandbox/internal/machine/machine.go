@@ -1,4 +1,4 @@
-package localsandbox
+package machine
 
 import (
 	"encoding/json"
@@ -11,13 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
 )
 
 // The lease machine, server side.
 //
 // In namespace mode a lease is a small machine: creating the sandbox starts
-// its lease init (machine_init.go), pid 1 of the lease's own user, mount,
+// its lease init (package leaseinit), pid 1 of the lease's own user, mount,
 // PID, UTS, IPC and network namespaces, which lives as long as the sandbox.
 // Every exec and managed process is forked by that init, so the processes
 // of a lease see each other, share 127.0.0.1 and its root file system, and
@@ -27,15 +28,12 @@ import (
 //
 // The server talks to the init over a SOCK_SEQPACKET socket pair: one
 // request per message (JSON, with the stdio pipes of a new command attached
-// as SCM_RIGHTS), one bounded reply at start. Each command's own status
-// (started, exited) comes back on a pipe of its own, read by its pump.
-//
-//	server ──spawn{argv,cwd,env} + [stdin stdout stderr status]──▶ lease init
-//	server ──signal{id,sig} / kill{id}──────────────────────────▶ lease init
-//	server ◀──────────────────────── {"started"} {"exited",code} on status ─ init or supervisor
+// as SCM_RIGHTS), one bounded reply at start (leaseinit/protocol.go). Each
+// command's own status (started, exited) comes back on a pipe of its own,
+// read by the server's pump.
 
-// machine is a running lease init, as the server holds it.
-type machine struct {
+// Machine is a running lease init, as the server holds it.
+type Machine struct {
 	cmd    *exec.Cmd
 	ctl    int // our end of the control socket
 	nextID atomic.Uint64
@@ -44,69 +42,42 @@ type machine struct {
 	closed bool // guarded by sendMu; the control socket is closed
 
 	exited chan struct{} // closed once the init was reaped: nothing of the lease is left
-	cgroup leaseCgroup   // the lease's, thawed after the kill (nil: none)
+	cgroup Cgroup        // the lease's, thawed after the kill (nil: none)
 }
 
-// Spawn kinds: an exec is forked by the init itself (cheap: no new binary
-// is loaded); a managed process runs under a supervisor, a child subreaper
-// that holds its tree together, so that its tree can be waited for and
-// killed as a whole.
-const (
-	kindExec    = "exec"
-	kindProcess = "process"
-)
+// errGone means the lease init is not running anymore.
+var errGone = errors.New("the sandbox's init is gone")
 
-// machineRequest is one message from the server to a lease init.
-type machineRequest struct {
-	Op     string   `json:"op"` // "spawn", "signal" or "kill"
-	ID     uint64   `json:"id"`
-	Kind   string   `json:"kind,omitempty"`
-	Argv   []string `json:"argv,omitempty"`
-	Cwd    string   `json:"cwd,omitempty"`
-	Env    []string `json:"env,omitempty"`
-	Signal int      `json:"signal,omitempty"`
-}
+// ErrCommandTooLong means a command's argv and environment do not fit in
+// one request to the init.
+var ErrCommandTooLong = errors.New("the command line and environment are too long")
 
-// machineReply is the init's one message to the server: ready, or why not.
-type machineReply struct {
-	Ready   bool   `json:"ready,omitempty"`
-	Failure string `json:"failure,omitempty"`
-}
-
-// Bounds of the control channel. A reply longer than maxReplyBytes, or one
-// that does not parse, is a protocol failure: the init is killed.
-const (
-	maxReplyBytes   = 4 << 10
-	maxRequestBytes = 4 << 20 // argv and environment of one command
-	maxRequestFDs   = 64
-)
-
-// errMachineGone means the lease init is not running anymore.
-var errMachineGone = errors.New("the sandbox's init is gone")
-
-// startMachine starts the lease init of l and waits until it has built the
-// lease's environment.
-func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
+// Start starts the lease init of the lease sp describes, in its cgroup cg
+// (nil: none), and waits until it has built the lease's environment. start
+// starts the init's command, cloned with every namespace: nil is
+// (*exec.Cmd).Start; network.Net.Start starts it in the network namespace
+// the server made for the lease instead of a new one.
+func Start(sp *Spec, cg Cgroup, start func(*exec.Cmd) error) (*Machine, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF} {
-		if unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+		if unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, opt, 2*leaseinit.MaxRequestBytes) == nil {
 			break
 		}
 	}
 	for _, opt := range []int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF} {
-		if unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, opt, 2*maxRequestBytes) == nil {
+		if unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, opt, 2*leaseinit.MaxRequestBytes) == nil {
 			break
 		}
 	}
 	childEnd := os.NewFile(uintptr(fds[1]), "control")
-	m := &machine{ctl: fds[0], exited: make(chan struct{})}
-	uids, gids := l.idMappings()
+	m := &Machine{ctl: fds[0], exited: make(chan struct{})}
+	uids, gids := sp.idMappings()
 	m.cmd = &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{initArg0, s.opts.Root, leaseInitArg},
+		Args:       []string{leaseinit.Arg0, sp.ServerRoot, leaseinit.LeaseArg},
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -122,7 +93,10 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 		},
 	}
-	if err := l.net.start(m.cmd); err != nil {
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
+	if err := start(m.cmd); err != nil {
 		childEnd.Close()
 		unix.Close(m.ctl)
 		return nil, fmt.Errorf("starting the lease init: %w", err)
@@ -136,38 +110,36 @@ func (s *Server) startMachine(l *lease, cg leaseCgroup) (*machine, error) {
 	if cg != nil {
 		// Before the init forks anything: every process of the lease is in
 		// the group.
-		if err := cg.addProc(m.cmd.Process.Pid); err != nil {
-			m.stop()
+		if err := cg.AddProc(m.cmd.Process.Pid); err != nil {
+			m.Stop()
 			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
 		}
 	}
 
-	cfg, files, err := s.machineSetup(l, m.cmd.Process.Pid)
+	cfg, files, err := sp.setup(m.cmd.Process.Pid)
 	if err == nil {
 		err = m.send(cfg, files)
 	}
-	for _, f := range files {
-		unix.Close(f)
-	}
+	closeFDs(files)
 	if err == nil {
 		err = m.awaitReady()
 	}
 	if err != nil {
-		m.stop()
+		m.Stop()
 		return nil, err
 	}
 	return m, nil
 }
 
 // awaitReady reads the init's reply to its configuration.
-func (m *machine) awaitReady() error {
+func (m *Machine) awaitReady() error {
 	type result struct {
-		reply machineReply
+		reply leaseinit.Reply
 		err   error
 	}
 	got := make(chan result, 1)
 	go func() {
-		buf := make([]byte, maxReplyBytes+1)
+		buf := make([]byte, leaseinit.MaxReplyBytes+1)
 		for {
 			n, _, _, _, err := unix.Recvmsg(m.ctl, buf, nil, 0)
 			if err == unix.EINTR {
@@ -178,10 +150,10 @@ func (m *machine) awaitReady() error {
 				got <- result{err: fmt.Errorf("the lease init: %w", err)}
 			case n == 0:
 				got <- result{err: errors.New("the lease init ended while setting up")}
-			case n > maxReplyBytes:
+			case n > leaseinit.MaxReplyBytes:
 				got <- result{err: errors.New("the lease init broke the protocol: its reply is too long")}
 			default:
-				var r machineReply
+				var r leaseinit.Reply
 				if json.Unmarshal(buf[:n], &r) != nil || r.Ready == (r.Failure != "") {
 					got <- result{err: errors.New("the lease init broke the protocol: a garbled reply")}
 				} else {
@@ -191,7 +163,7 @@ func (m *machine) awaitReady() error {
 			return
 		}
 	}()
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(leaseinit.StartTimeout)
 	defer timer.Stop()
 	select {
 	case r := <-got:
@@ -208,13 +180,13 @@ func (m *machine) awaitReady() error {
 }
 
 // send writes one message with fds attached.
-func (m *machine) send(msg any, fds []int) error {
+func (m *Machine) send(msg any, fds []int) error {
 	b, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	if len(b) > maxRequestBytes {
-		return &startError{"the command line and environment are too long"}
+	if len(b) > leaseinit.MaxRequestBytes {
+		return ErrCommandTooLong
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -223,7 +195,7 @@ func (m *machine) send(msg any, fds []int) error {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	if m.closed {
-		return errMachineGone
+		return errGone
 	}
 	for {
 		err = unix.Sendmsg(m.ctl, b, oob, nil, 0)
@@ -233,41 +205,43 @@ func (m *machine) send(msg any, fds []int) error {
 	}
 	switch {
 	case err == unix.EMSGSIZE:
-		return &startError{"the command line and environment are too long"}
+		return ErrCommandTooLong
 	case err != nil:
-		return fmt.Errorf("%w: %v", errMachineGone, err)
+		return fmt.Errorf("%w: %v", errGone, err)
 	}
 	return nil
 }
 
-// spawn asks the init to start a command with the given pipes (stdin,
-// stdout, stderr, status); it returns the command's id in the machine.
-func (m *machine) spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
+// Spawn asks the init to start a command of kind (leaseinit.KindExec or
+// KindProcess) with the given pipes (stdin, stdout, stderr, status); it
+// returns the command's id in the machine. The command's status comes on
+// the status pipe.
+func (m *Machine) Spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
 	id := m.nextID.Add(1)
-	err := m.send(machineRequest{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
+	err := m.send(leaseinit.Request{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
 	return id, err
 }
 
-// signal delivers sig to command id: an exec's process group, or a managed
-// process's supervisor (which forwards it to its tree).
-func (m *machine) signal(id uint64, sig syscall.Signal) {
-	m.send(machineRequest{Op: "signal", ID: id, Signal: int(sig)}, nil)
+// Signal delivers sig to command id: an exec's process group, or a
+// managed process's supervisor (which forwards it to its tree).
+func (m *Machine) Signal(id uint64, sig syscall.Signal) {
+	m.send(leaseinit.Request{Op: "signal", ID: id, Signal: int(sig)}, nil)
 }
 
-// kill kills command id's tree.
-func (m *machine) kill(id uint64) {
-	m.send(machineRequest{Op: "kill", ID: id}, nil)
+// Kill kills command id's tree.
+func (m *Machine) Kill(id uint64) {
+	m.send(leaseinit.Request{Op: "kill", ID: id}, nil)
 }
 
-// stop kills the init, and with it every process of the lease, and waits
+// Stop kills the init, and with it every process of the lease, and waits
 // until the kernel has reaped them all. It reports whether they are gone.
-func (m *machine) stop() bool {
+func (m *Machine) Stop() bool {
 	m.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
 	if m.cgroup != nil {
 		// A frozen process dies only once thawed.
-		m.cgroup.thaw()
+		m.cgroup.Thaw()
 	}
-	timer := time.NewTimer(killConfirmTimeout)
+	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
 	select {
 	case <-m.exited:
@@ -283,15 +257,5 @@ func (m *machine) stop() bool {
 	return true
 }
 
-// pid is the init's pid on the host.
-func (m *machine) pid() int { return m.cmd.Process.Pid }
-
-// alive reports whether the init still runs.
-func (m *machine) alive() bool {
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
+// Pid is the init's pid on the host.
+func (m *Machine) Pid() int { return m.cmd.Process.Pid }

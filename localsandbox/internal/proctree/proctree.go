@@ -1,35 +1,35 @@
-package localsandbox
+package proctree
 
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
 )
 
-// procTable is a snapshot of the host's process table: who is whose parent,
+// Table is a snapshot of the host's process table: who is whose parent,
 // and who is stopped. Process trees are followed through parent links, which
 // no sandboxed process can leave: orphans are adopted by their namespace's
 // pid 1 or by the init's subreaper, both inside the tree.
-type procTable struct {
+type Table struct {
 	children map[int][]int
 	state    map[int]byte
 }
 
-func readProcTable() (procTable, error) {
+// Read reads the host's process table from /proc.
+func Read() (Table, error) {
 	dir, err := os.Open("/proc")
 	if err != nil {
-		return procTable{}, err
+		return Table{}, err
 	}
 	defer dir.Close()
 	names, err := dir.Readdirnames(-1)
 	if err != nil {
-		return procTable{}, err
+		return Table{}, err
 	}
-	t := procTable{children: make(map[int][]int), state: make(map[int]byte, len(names))}
+	t := Table{children: make(map[int][]int), state: make(map[int]byte, len(names))}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
@@ -68,8 +68,15 @@ func readStat(pid int) (ppid int, state byte, ok bool) {
 	return ppid, fields[0][0], true
 }
 
-// tree returns root and all its descendants that are in the table.
-func (t procTable) tree(root int) []int {
+// Children returns the pids whose parent is pid.
+func (t Table) Children(pid int) []int { return t.children[pid] }
+
+// State returns the state letter of pid as /proc/<pid>/stat says it ('R',
+// 'S', 'D', 'T', 'Z' …), or 0 when pid is not in the table.
+func (t Table) State(pid int) byte { return t.state[pid] }
+
+// Tree returns root and all its descendants that are in the table.
+func (t Table) Tree(root int) []int {
 	if _, ok := t.state[root]; !ok {
 		return nil
 	}
@@ -80,12 +87,12 @@ func (t procTable) tree(root int) []int {
 	return out
 }
 
-// count returns how many live processes (not zombies: a zombie waits for
+// Count returns how many live processes (not zombies: a zombie waits for
 // its parent to reap it) the trees rooted at roots hold.
-func (t procTable) count(roots []int) int {
+func (t Table) Count(roots []int) int {
 	n := 0
 	for _, r := range roots {
-		for _, pid := range t.tree(r) {
+		for _, pid := range t.Tree(r) {
 			if t.state[pid] != 'Z' {
 				n++
 			}
@@ -94,22 +101,22 @@ func (t procTable) count(roots []int) int {
 	return n
 }
 
-// freezeTrees stops every process of the trees rooted at roots with
+// Freeze stops every process of the trees rooted at roots with
 // SIGSTOP and returns once a fresh scan finds every one of them stopped (or
 // dead) and no new process: a process stopped cannot fork, so a process
 // forked during the freeze is found by a later scan and stopped in turn.
 // It gives up after timeout. The process skip (a lease init: 0 for none) is
 // left running.
-func freezeTrees(roots []int, timeout time.Duration, skip ...int) error {
+func Freeze(roots []int, timeout time.Duration, skip ...int) error {
 	deadline := time.Now().Add(timeout)
 	for pause := 100 * time.Microsecond; ; pause = min(2*pause, 20*time.Millisecond) {
-		t, err := readProcTable()
+		t, err := Read()
 		if err != nil {
 			return err
 		}
 		settled := true
 		for _, root := range roots {
-			for _, pid := range t.tree(root) {
+			for _, pid := range t.Tree(root) {
 				if len(skip) > 0 && pid == skip[0] {
 					continue
 				}
@@ -133,46 +140,28 @@ func freezeTrees(roots []int, timeout time.Duration, skip ...int) error {
 	}
 }
 
-// signalTrees sends sig to every process of the trees rooted at roots.
-func signalTrees(roots []int, sig syscall.Signal) error {
-	t, err := readProcTable()
+// Signal sends sig to every process of the trees rooted at roots.
+func Signal(roots []int, sig syscall.Signal) error {
+	t, err := Read()
 	if err != nil {
 		return err
 	}
 	for _, root := range roots {
-		for _, pid := range t.tree(root) {
+		for _, pid := range t.Tree(root) {
 			syscall.Kill(pid, sig)
 		}
 	}
 	return nil
 }
 
-// rootMarkerEnv is set in the environment of every command run in
-// process-group mode (where no namespace holds the tree together), so that a
-// server restarted on the same root can find what survived a crash.
-const rootMarkerEnv = "SANDBOXFLOW_ROOT"
-
-// SandboxProcesses returns the ids of every process on this machine that a
-// server with the given root directory (Server.Root) started and that is
-// still alive: the inits of its managed processes (found by their argv
-// marker), every descendant of those, and in process-group mode every
-// process that carries the root's environment marker. An empty root means
-// servers of any root. Tests use it to assert that nothing leaked; a server
-// sweeps the same set when it starts on a root a crashed predecessor left
-// behind.
-//
-// A process that has cleared its environment and left its init (possible
-// only in process-group mode, after its init was killed) escapes it.
-func SandboxProcesses(root string) ([]int, error) {
-	t, err := readProcTable()
+// Marked returns every live process of the host but this one whose
+// command line starts with argv or whose environment holds env (the first
+// variable, or one after a NUL), and every live descendant of those:
+// zombies, dead and waiting to be reaped, are left out.
+func Marked(argv, env []byte) ([]int, error) {
+	t, err := Read()
 	if err != nil {
-		return nil, fmt.Errorf("reading the process table: %w", err)
-	}
-	wantArgv := []byte(initArg0 + "\x00" + root)
-	wantEnv := []byte(rootMarkerEnv + "=" + root)
-	if root != "" {
-		wantArgv = append(wantArgv, 0)
-		wantEnv = append(wantEnv, 0)
+		return nil, err
 	}
 	self := os.Getpid()
 	seen := make(map[int]bool)
@@ -183,15 +172,15 @@ func SandboxProcesses(root string) ([]int, error) {
 		}
 		prefix := "/proc/" + strconv.Itoa(pid)
 		cmdline, _ := os.ReadFile(prefix + "/cmdline")
-		marked := bytes.HasPrefix(cmdline, wantArgv)
+		marked := bytes.HasPrefix(cmdline, argv)
 		if !marked {
-			env, _ := os.ReadFile(prefix + "/environ")
-			marked = bytes.HasPrefix(env, wantEnv) || bytes.Contains(env, append([]byte{0}, wantEnv...))
+			environ, _ := os.ReadFile(prefix + "/environ")
+			marked = bytes.HasPrefix(environ, env) || bytes.Contains(environ, append([]byte{0}, env...))
 		}
 		if !marked {
 			continue
 		}
-		for _, p := range t.tree(pid) {
+		for _, p := range t.Tree(pid) {
 			if !seen[p] {
 				seen[p] = true
 				if t.state[p] != 'Z' { // dead, waiting to be reaped

@@ -1,9 +1,8 @@
-package localsandbox
+package machine
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,11 +24,8 @@ import (
 // disk holds only what the lease really wrote. Without root (or without
 // mkfs.ext4 or loop devices) the disk is not bounded, and the view says so.
 
-// disksDir holds the image files, below Options.Root.
-const disksDir = "disks"
-
-// leaseDisk is the mounted disk of one lease.
-type leaseDisk struct {
+// Disk is the mounted disk of one lease.
+type Disk struct {
 	image string // the image file
 	mount string // where it is mounted: the lease directory
 	size  int64  // its size in bytes, held in the server's disk budget
@@ -38,7 +34,7 @@ type leaseDisk struct {
 	// point is a directory of the host's file system.
 	mu      sync.Mutex
 	removed bool
-	budget  *diskBudget // holds size until remove (nil: none)
+	budget  *DiskBudget // holds size until Remove (nil: none)
 }
 
 // The host's disk.
@@ -65,20 +61,25 @@ type leaseDisk struct {
 // Both refuse with 503 (no capacity, as the hosted service says it) before
 // anything is made or copied.
 
-// diskBudget is Options.DiskBudgetMiB in bytes and what the live leases'
+// DiskBudget is Options.DiskBudgetMiB in bytes and what the live leases'
 // disks hold of it.
-type diskBudget struct {
+type DiskBudget struct {
 	mu    sync.Mutex
 	bytes int64 // 0: no budget
 	held  int64
 }
 
+// NewDiskBudget returns a budget of bytes (0: none).
+func NewDiskBudget(bytes int64) *DiskBudget { return &DiskBudget{bytes: bytes} }
+
+const mib = 1 << 20
+
 // take holds size bytes of the budget, or says why it cannot.
-func (b *diskBudget) take(size int64) error {
+func (b *DiskBudget) take(size int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bytes > 0 && b.held+size > b.bytes {
-		return &apiError{http.StatusServiceUnavailable, fmt.Sprintf(
+		return &CapacityError{fmt.Sprintf(
 			"no disk capacity: the sandboxes hold %d MiB of the server's %d MiB disk budget, this one needs %d MiB (ask for a smaller disk_mib, or destroy a sandbox)",
 			b.held/mib, b.bytes/mib, size/mib)}
 	}
@@ -86,7 +87,7 @@ func (b *diskBudget) take(size int64) error {
 	return nil
 }
 
-func (b *diskBudget) give(size int64) {
+func (b *DiskBudget) give(size int64) {
 	b.mu.Lock()
 	b.held -= size
 	b.mu.Unlock()
@@ -95,46 +96,38 @@ func (b *diskBudget) give(size int64) {
 // hostReserveMax bounds the reserve kept free on the host's file system.
 const hostReserveMax = 256 << 20
 
-// checkRoom refuses a new disk unless the host's file system of the root
-// holds what is promised to it, and the reserve.
-func (s *Server) checkRoom() error {
+// CheckRoom refuses a new disk (a *CapacityError) unless the file system
+// of dir, the server's root, holds promised (the sum of the leases' disks'
+// Promised) and the reserve.
+func CheckRoom(dir string, promised int64) error {
 	var st unix.Statfs_t
-	if err := unix.Statfs(s.opts.Root, &st); err != nil {
+	if err := unix.Statfs(dir, &st); err != nil {
 		return fmt.Errorf("the root's file system: %w", err)
 	}
 	free := int64(st.Bavail) * st.Bsize
 	reserve := min(int64(st.Blocks)*st.Bsize/20, hostReserveMax)
-	s.mu.Lock()
-	leases := make([]*lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		leases = append(leases, l)
-	}
-	s.mu.Unlock()
-	var promised int64
-	for _, l := range leases {
-		if l.disk == nil {
-			continue
-		}
-		used, written := l.disk.usage()
-		l.mu.Lock()
-		copies := int64(l.forks)
-		l.mu.Unlock()
-		// A copy writes what the source holds, and a new image's
-		// metadata: as much as the source's image holds, or more.
-		promised += max(0, used-written) + copies*max(used, written)
-	}
 	if free-promised < reserve {
-		return &apiError{http.StatusServiceUnavailable, fmt.Sprintf(
+		return &CapacityError{fmt.Sprintf(
 			"no disk capacity: the host's file system has %d MiB free, %d MiB of it promised to sandboxes, %d MiB kept in reserve (destroy a sandbox, or free disk space)",
 			free/mib, promised/mib, reserve/mib)}
 	}
 	return nil
 }
 
+// Promised is what the host's file system is promised for d: what the
+// lease wrote that the kernel has not yet written back into its image, and
+// for each of copies (forks copying the lease now) what the lease holds.
+func (d *Disk) Promised(copies int) int64 {
+	used, written := d.usage()
+	// A copy writes what the source holds, and a new image's metadata: as
+	// much as the source's image holds, or more.
+	return max(0, used-written) + int64(copies)*max(used, written)
+}
+
 // usage returns what the lease's file system holds (used) and what its
 // image holds on the host (written); used is ahead while the kernel has
 // not written it back yet. A removed disk holds nothing.
-func (d *leaseDisk) usage() (used, written int64) {
+func (d *Disk) usage() (used, written int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.removed {
@@ -151,8 +144,8 @@ func (d *leaseDisk) usage() (used, written int64) {
 	return used, written
 }
 
-// diskSupport reports whether this server can bound disks, or why not.
-func diskSupport() error {
+// DiskSupport reports whether this server can bound disks, or why not.
+func DiskSupport() error {
 	if os.Geteuid() != 0 {
 		return errors.New("the server is not root")
 	}
@@ -165,30 +158,28 @@ func diskSupport() error {
 	return nil
 }
 
-// newLeaseDisk makes a disk of size bytes for lease id and mounts it at
-// dir (which must exist and be empty), if the host has room for it.
-func (s *Server) newLeaseDisk(id string, size int64, dir string) (*leaseDisk, error) {
-	if err := s.checkRoom(); err != nil {
+// NewDisk makes a disk of size bytes for lease id, its image in the
+// directory images, and mounts it at dir (which must exist and be empty),
+// if budget has room for it (a *CapacityError if not). Check the host's
+// room first (CheckRoom).
+func NewDisk(images, id string, size int64, dir string, budget *DiskBudget) (*Disk, error) {
+	if err := budget.take(size); err != nil {
 		return nil, err
 	}
-	if err := s.disks.take(size); err != nil {
-		return nil, err
-	}
-	images := filepath.Join(s.opts.Root, disksDir)
 	if err := os.MkdirAll(images, 0o700); err != nil {
-		s.disks.give(size)
+		budget.give(size)
 		return nil, err
 	}
-	d := &leaseDisk{image: filepath.Join(images, id+".img"), mount: dir, size: size, budget: &s.disks}
+	d := &Disk{image: filepath.Join(images, id+".img"), mount: dir, size: size, budget: budget}
 	if err := d.create(size); err != nil {
 		os.Remove(d.image)
-		s.disks.give(size)
+		budget.give(size)
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *leaseDisk) create(size int64) error {
+func (d *Disk) create(size int64) error {
 	f, err := os.OpenFile(d.image, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -260,9 +251,9 @@ func openLoop(n int, nodes string) (int, error) {
 	return unix.Open(node, unix.O_RDWR|unix.O_CLOEXEC, 0)
 }
 
-// remove unmounts the disk (the loop device clears itself), deletes its
+// Remove unmounts the disk (the loop device clears itself), deletes its
 // image and gives its size back to the budget; again, it does nothing.
-func (d *leaseDisk) remove() error {
+func (d *Disk) Remove() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.removed = true
@@ -279,12 +270,18 @@ func (d *leaseDisk) remove() error {
 	return nil
 }
 
-// sweepDisks unmounts what a crashed server left mounted below the leases
-// directory and removes its images.
-func (s *Server) sweepDisks() {
-	leases, _ := os.ReadDir(filepath.Join(s.opts.Root, leasesDir))
-	for _, e := range leases {
-		unix.Unmount(filepath.Join(s.opts.Root, leasesDir, e.Name()), unix.MNT_DETACH)
+// SweepDisks unmounts what a crashed server left mounted below the leases
+// directory and removes the images directory.
+func SweepDisks(leases, images string) {
+	entries, _ := os.ReadDir(leases)
+	for _, e := range entries {
+		unix.Unmount(filepath.Join(leases, e.Name()), unix.MNT_DETACH)
 	}
-	os.RemoveAll(filepath.Join(s.opts.Root, disksDir))
+	os.RemoveAll(images)
 }
+
+// CapacityError is a refusal for lack of room (a host id range, disk): the
+// API answers it 503, no capacity.
+type CapacityError struct{ Msg string }
+
+func (e *CapacityError) Error() string { return e.Msg }

@@ -1,7 +1,6 @@
-package localsandbox
+package machine
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,19 +16,22 @@ import (
 // one lease would own nothing of another. A range is free again once the
 // lease's files are gone; a fork's copy is moved into its own range.
 
-// idsPerLease is the size of a lease's id range: ids 0..65535.
-const idsPerLease = 1 << 16
+// IDsPerLease is the size of a lease's id range: ids 0..65535.
+const IDsPerLease = 1 << 16
 
-// idSlots hands out id ranges; there are twice as many as Options.MaxLeases,
-// so that leases whose files could not be removed yet do not starve new ones.
-type idSlots struct {
+// IDSlots hands out id ranges; the server makes twice as many as
+// Options.MaxLeases, so that leases whose files could not be removed yet
+// do not starve new ones.
+type IDSlots struct {
 	mu   sync.Mutex
 	used []bool
 }
 
-func (s *idSlots) init(n int) { s.used = make([]bool, n) }
+// NewIDSlots returns n free slots.
+func NewIDSlots(n int) *IDSlots { return &IDSlots{used: make([]bool, n)} }
 
-func (s *idSlots) take() (int, error) {
+// Take takes a free slot (a *CapacityError when there is none).
+func (s *IDSlots) Take() (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, u := range s.used {
@@ -38,25 +40,38 @@ func (s *idSlots) take() (int, error) {
 			return i, nil
 		}
 	}
-	return -1, &apiError{http.StatusServiceUnavailable, "no free host id range for a sandbox"}
+	return -1, &CapacityError{"no free host id range for a sandbox"}
 }
 
-func (s *idSlots) release(i int) {
+// Release frees slot i, once the lease's files are gone.
+func (s *IDSlots) Release(i int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.used[i] = false
+}
+
+// Owner is the host uid and gid of a lease's root.
+type Owner struct{ UID, GID int }
+
+// Chown gives path to o, when the server is root (else the server's ids
+// are the lease's).
+func (o Owner) Chown(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Lchown(path, o.UID, o.GID)
 }
 
 // shiftOwners moves every file below dirs whose owner (or group) lies in
 // from's id range to the same id of to's range: a fork's copy of its
 // source's files, made with the source's ids. The mode is set again after
 // chown, which clears set-user-id and set-group-id bits.
-func shiftOwners(dirs []string, from, to *lease) error {
-	if from.uid == to.uid && from.gid == to.gid {
+func shiftOwners(dirs []string, from, to Owner) error {
+	if from == to {
 		return nil
 	}
 	shift := func(id, fromBase, toBase int) int {
-		if id >= fromBase && id < fromBase+idsPerLease {
+		if id >= fromBase && id < fromBase+IDsPerLease {
 			return toBase + id - fromBase
 		}
 		return id
@@ -67,7 +82,7 @@ func shiftOwners(dirs []string, from, to *lease) error {
 				return err
 			}
 			st := fi.Sys().(*syscall.Stat_t)
-			uid, gid := shift(int(st.Uid), from.uid, to.uid), shift(int(st.Gid), from.gid, to.gid)
+			uid, gid := shift(int(st.Uid), from.UID, to.UID), shift(int(st.Gid), from.GID, to.GID)
 			if uid == int(st.Uid) && gid == int(st.Gid) {
 				return nil
 			}

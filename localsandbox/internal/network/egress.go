@@ -1,4 +1,4 @@
-package localsandbox
+package network
 
 import (
 	"context"
@@ -39,52 +39,48 @@ import (
 // user namespace (network.go), so the lease's root has no CAP_NET_ADMIN
 // over it and cannot change the table.
 //
-// The operator's policy (Options.Egress, sandboxd --egress) caps what a
-// lease gets:
-//
-//	off        no outward path at all: loopback only (the default)
-//	allowlist  only explicit rules: "*" and the empty list (which the
-//	           CreateOS API reads as "allow all") give nothing
-//	any        whatever the lease asks; empty or ["*"] = everything
+// The operator's policy (localsandbox.Options.Egress, sandboxd --egress)
+// caps what a lease gets: Compile grants it what the policy's Grant says.
 //
 // Views report the egress in force, which is explicit: ["*"] is
 // everything, [] nothing (never the API's "empty means all").
-
-// EgressPolicy is the operator's cap on the leases' outward network.
-type EgressPolicy string
-
-const (
-	// EgressOff gives leases no outward network (loopback only).
-	EgressOff EgressPolicy = "off"
-	// EgressAllowlist gives leases the destinations their rules name, and
-	// never "*".
-	EgressAllowlist EgressPolicy = "allowlist"
-	// EgressAny gives leases what they ask for, "*" included.
-	EgressAny EgressPolicy = "any"
-)
 
 // Egress rule limits.
 const (
 	maxEgressRules     = 256
 	maxEgressRuleBytes = 300
 	resolveTimeout     = 5 * time.Second
-	egressAll          = "*"
 )
 
-// egressRule is one parsed rule: a set of destination prefixes and a port
-// (0 = every port).
-type egressRule struct {
+// EgressAll is the rule that admits everything.
+const EgressAll = "*"
+
+// rule is one parsed rule: a set of destination prefixes and a port (0 =
+// every port).
+type rule struct {
 	text     string
 	host     string // a name to resolve, or ""
 	prefixes []netip.Prefix
 	port     uint16
 }
 
-// parseEgressRule parses one rule (not "*").
-func parseEgressRule(text string) (egressRule, error) {
-	r := egressRule{text: text}
-	bad := func(why string) (egressRule, error) {
-		return egressRule{}, badRequest("egress rule %q: %s", text, why)
+// InputError is a request the API refuses (400): its message is Format
+// with Args, values of the request among them (which the API clips when it
+// quotes them).
+type InputError struct {
+	Format string
+	Args   []any
+}
+
+func (e *InputError) Error() string { return fmt.Sprintf(e.Format, e.Args...) }
+
+func badRequest(format string, args ...any) *InputError { return &InputError{format, args} }
+
+// parseRule parses one rule (not "*").
+func parseRule(text string) (rule, error) {
+	r := rule{text: text}
+	bad := func(why string) (rule, error) {
+		return rule{}, badRequest("egress rule %q: %s", text, why)
 	}
 	if text == "" || len(text) > maxEgressRuleBytes {
 		return bad(fmt.Sprintf("must be 1 to %d bytes", maxEgressRuleBytes))
@@ -111,7 +107,7 @@ func parseEgressRule(text string) (egressRule, error) {
 				return bad("zones are not allowed")
 			}
 			r.prefixes = []netip.Prefix{netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())}
-		} else if validHostName(hostPart) {
+		} else if ValidHostName(hostPart) {
 			r.host = strings.ToLower(hostPart)
 		} else {
 			return bad("not a host name, an IP address or a CIDR")
@@ -127,9 +123,9 @@ func parseEgressRule(text string) (egressRule, error) {
 	return r, nil
 }
 
-// validHostName reports whether h is a DNS name (letters, digits, '-' and
+// ValidHostName reports whether h is a DNS name (letters, digits, '-' and
 // '_', dot-separated labels of at most 63 bytes).
-func validHostName(h string) bool {
+func ValidHostName(h string) bool {
 	if h == "" || len(h) > 253 {
 		return false
 	}
@@ -147,17 +143,17 @@ func validHostName(h string) bool {
 	return true
 }
 
-// egressSet is a lease's egress in force: every destination ("*"), or the
+// Egress is a lease's egress in force: every destination ("*"), or the
 // rules, resolved. The zero value is nothing.
-type egressSet struct {
+type Egress struct {
 	all   bool
-	rules []egressRule
+	rules []rule
 }
 
-// list is the egress in force as the API reports it.
-func (e egressSet) list() []string {
+// List is the egress in force as the API reports it.
+func (e Egress) List() []string {
 	if e.all {
-		return []string{egressAll}
+		return []string{EgressAll}
 	}
 	out := make([]string, 0, len(e.rules))
 	for _, r := range e.rules {
@@ -166,48 +162,53 @@ func (e egressSet) list() []string {
 	return out
 }
 
-// none reports whether nothing may go out.
-func (e egressSet) none() bool { return !e.all && len(e.rules) == 0 }
+// All reports whether every destination may be reached.
+func (e Egress) All() bool { return e.all }
 
-// egressResolver resolves the host names of rules; tests replace it.
-var egressResolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
+// none reports whether nothing may go out.
+func (e Egress) none() bool { return !e.all && len(e.rules) == 0 }
+
+// Resolver resolves the host names of rules; tests replace it.
+var Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// compileEgress parses the rules a client asked for, caps them with the
-// operator's policy and resolves the host names of what remains. Bad rules
-// are a 400 whatever the policy.
-func compileEgress(ctx context.Context, policy EgressPolicy, requested []string) (egressSet, error) {
+// Grant is what the operator's policy lets a lease have: All, everything
+// when it asks for everything ("*", or no rule at all, as the API reads
+// it); Rules, the destinations its rules name. Neither: nothing.
+type Grant struct{ All, Rules bool }
+
+// Compile parses the rules a client asked for, caps them with what g
+// grants and resolves the host names of what remains. Bad rules are an
+// *InputError whatever g grants.
+func Compile(ctx context.Context, requested []string, g Grant) (Egress, error) {
 	if len(requested) > maxEgressRules {
-		return egressSet{}, badRequest("at most %d egress rules", maxEgressRules)
+		return Egress{}, badRequest("at most %d egress rules", maxEgressRules)
 	}
 	var (
-		set  egressSet
+		set  Egress
 		seen = map[string]bool{}
 	)
 	wantAll := len(requested) == 0
 	for _, text := range requested {
-		if text == egressAll {
+		if text == EgressAll {
 			wantAll = true
 			continue
 		}
-		r, err := parseEgressRule(text)
+		r, err := parseRule(text)
 		if err != nil {
-			return egressSet{}, err
+			return Egress{}, err
 		}
 		if !seen[text] {
 			seen[text] = true
 			set.rules = append(set.rules, r)
 		}
 	}
-	switch policy {
-	case EgressAny:
-		if wantAll {
-			return egressSet{all: true}, nil
-		}
-	case EgressAllowlist:
-	default:
-		return egressSet{}, nil
+	switch {
+	case g.All && wantAll:
+		return Egress{all: true}, nil
+	case !g.Rules:
+		return Egress{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -216,9 +217,9 @@ func compileEgress(ctx context.Context, policy EgressPolicy, requested []string)
 		if r.host == "" {
 			continue
 		}
-		addrs, err := egressResolver(ctx, r.host)
+		addrs, err := Resolver(ctx, r.host)
 		if err != nil || len(addrs) == 0 {
-			return egressSet{}, badRequest("egress rule %q: %s does not resolve", r.text, r.host)
+			return Egress{}, badRequest("egress rule %q: %s does not resolve", r.text, r.host)
 		}
 		for _, a := range addrs {
 			a = a.Unmap()
@@ -240,7 +241,7 @@ var slirpDNS = netip.MustParseAddr("10.0.2.3")
 
 // applyEgress replaces the egress table of the network namespace netns
 // with set, and a cap of maxFlows flows, in one transaction.
-func applyEgress(netns int, set egressSet, maxFlows int) error {
+func applyEgress(netns int, set Egress, maxFlows int) error {
 	c, err := nftables.New(nftables.WithNetNSFd(netns))
 	if err != nil {
 		return fmt.Errorf("egress rules: %w", err)

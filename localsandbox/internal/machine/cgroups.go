@@ -1,4 +1,4 @@
-package localsandbox
+package machine
 
 import (
 	"crypto/sha256"
@@ -119,22 +119,22 @@ func writable(dir string) bool {
 	return err == nil && st.Mode().IsRegular() && unix.Access(dir, unix.W_OK) == nil
 }
 
-// limiter makes the control groups of a server's leases.
-type limiter struct {
+// Limiter makes the control groups of a server's leases.
+type Limiter struct {
 	version cgroupVersion
 	missing []string // controllers the server cannot use
 	parent  string   // the server's group, below the hierarchy's root
 	v1      []string // the v1 controllers in use
 }
 
-// newLimiter settles what a server can enforce. A server that is not root,
-// or not in namespace mode, enforces nothing.
-func newLimiter(root string, namespaces bool) *limiter {
-	if os.Getenv(noCgroupsEnv) != "" {
+// NewLimiter settles what the server on root can enforce. A server that is
+// not root, or not in namespace mode, enforces nothing.
+func NewLimiter(root string, namespaces bool) *Limiter {
+	if os.Getenv(NoCgroupsEnv) != "" {
 		namespaces = false
 	}
 	sum := sha256.Sum256([]byte(root))
-	l := &limiter{parent: "/sandboxd-" + hex.EncodeToString(sum[:6])}
+	l := &Limiter{parent: "/sandboxd-" + hex.EncodeToString(sum[:6])}
 	if !namespaces || os.Geteuid() != 0 {
 		l.missing = leaseControllers
 		return l
@@ -147,8 +147,12 @@ func newLimiter(root string, namespaces bool) *limiter {
 	return l
 }
 
-// enforces reports whether controller c is in use.
-func (lm *limiter) enforces(c string) bool {
+// Version names the hierarchy in use: "v1", "v2", or "" (none).
+func (lm *Limiter) Version() string { return string(lm.version) }
+
+// Enforces reports whether controller c ("memory", "pids", "cpu",
+// "freezer") is in use.
+func (lm *Limiter) Enforces(c string) bool {
 	if lm.version == cgroupNone {
 		return false
 	}
@@ -160,46 +164,47 @@ func (lm *limiter) enforces(c string) bool {
 	return true
 }
 
-// leaseCgroup is the control group of one lease.
-type leaseCgroup interface {
-	addProc(pid int) error
-	freeze() error
-	thaw() error
-	// stats reads the lease's counters; zero where unknown.
-	stats() cgroupStats
-	delete() error
+// Cgroup is the control group of one lease.
+type Cgroup interface {
+	// AddProc moves a process into the group (the lease init, before it
+	// forks anything; slirp4netns).
+	AddProc(pid int) error
+	// Freeze and Thaw pause and resume every process of the group
+	// (freezer.go).
+	Freeze() error
+	Thaw() error
+	// Stats reads the lease's counters; zero where unknown.
+	Stats() CgroupStats
+	Delete() error
 }
 
-// enforcedLimits says which limits of a shape the kernel enforces.
-type enforcedLimits struct {
-	Memory, Processes, CPU, Freezer, Disk bool
+// CgroupStats are a lease's kernel counters.
+type CgroupStats struct {
+	OOMKills          uint64
+	MemoryBytes       uint64
+	Tasks             uint64
+	CPUThrottled      uint64 // periods
+	CPUThrottledNanos uint64
 }
 
-// cgroupStats are a lease's kernel counters, for the view.
-type cgroupStats struct {
-	OOMKills          uint64 `json:"oom_kills"`
-	MemoryBytes       uint64 `json:"memory_bytes"`
-	Tasks             uint64 `json:"tasks"`
-	CPUThrottled      uint64 `json:"cpu_throttled_periods"`
-	CPUThrottledNanos uint64 `json:"cpu_throttled_ns"`
-	DiskUsedBytes     uint64 `json:"disk_used_bytes"`
-}
-
-// limits are what the cgroup of a lease enforces.
-type limits struct {
-	memoryBytes int64
-	maxTasks    int64
-	vcpus       float64
+// Limits are what the cgroup of a lease enforces: the shape's memory and
+// vCPUs, and the server's MaxProcesses tasks.
+type Limits struct {
+	MemoryBytes int64
+	MaxTasks    int64
+	VCPUs       float64
 }
 
 // cpuPeriod is the CFS period, in µs.
 const cpuPeriod = 100000
 
-func (li limits) cpuQuota() int64 { return int64(li.vcpus * cpuPeriod) }
+func (li Limits) cpuQuota() int64 { return int64(li.VCPUs * cpuPeriod) }
 
-// create makes the control group of a lease, or returns nil when the
-// server enforces nothing.
-func (lm *limiter) create(leaseID string, li limits) (leaseCgroup, error) {
+// Create makes the control group of a lease, or returns nil when the
+// server enforces nothing. This is where a shape's limits are applied:
+// memory.max (v2) or memory.limit_in_bytes (v1), pids.max, and the CFS
+// quota (v1Resources, v2Resources).
+func (lm *Limiter) Create(leaseID string, li Limits) (Cgroup, error) {
 	group := lm.parent + "/" + leaseID
 	switch lm.version {
 	case cgroupV2:
@@ -214,7 +219,7 @@ func (lm *limiter) create(leaseID string, li limits) (leaseCgroup, error) {
 			return nil, fmt.Errorf("creating the lease's cgroup: %w", err)
 		}
 		g := &v1Group{cg: cg}
-		if lm.enforces("freezer") {
+		if lm.Enforces("freezer") {
 			g.freezerDir = filepath.Join(cgroupRoot, "freezer", group)
 		}
 		return g, nil
@@ -222,9 +227,9 @@ func (lm *limiter) create(leaseID string, li limits) (leaseCgroup, error) {
 	return nil, nil
 }
 
-// sweep removes the groups of leases a previous server left (their
+// Sweep removes the groups of leases a previous server left (their
 // processes are dead by then).
-func (lm *limiter) sweep() {
+func (lm *Limiter) Sweep() {
 	for _, d := range lm.parentDirs() {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
@@ -247,15 +252,25 @@ func removeGroup(dir string) {
 	}
 }
 
-// close removes the server's group, once its leases are gone.
-func (lm *limiter) close() {
+// Close removes the server's group, once its leases are gone.
+func (lm *Limiter) Close() {
 	for _, d := range lm.parentDirs() {
 		os.Remove(d)
 	}
 }
 
+// Dirs are the directories of the group of lease leaseID, one in each
+// hierarchy in use.
+func (lm *Limiter) Dirs(leaseID string) []string {
+	var dirs []string
+	for _, d := range lm.parentDirs() {
+		dirs = append(dirs, filepath.Join(d, leaseID))
+	}
+	return dirs
+}
+
 // parentDirs are the directories of the server's group.
-func (lm *limiter) parentDirs() []string {
+func (lm *Limiter) parentDirs() []string {
 	var dirs []string
 	switch lm.version {
 	case cgroupV2:
@@ -268,7 +283,7 @@ func (lm *limiter) parentDirs() []string {
 	return dirs
 }
 
-func (lm *limiter) v1Hierarchy() ([]cgroup1.Subsystem, error) {
+func (lm *Limiter) v1Hierarchy() ([]cgroup1.Subsystem, error) {
 	var out []cgroup1.Subsystem
 	for _, c := range lm.v1 {
 		switch c {
@@ -286,10 +301,10 @@ func (lm *limiter) v1Hierarchy() ([]cgroup1.Subsystem, error) {
 }
 
 // v1Resources are the OCI resources of a lease (cgroup v1).
-func v1Resources(li limits) *specs.LinuxResources {
+func v1Resources(li Limits) *specs.LinuxResources {
 	period := uint64(cpuPeriod)
 	quota := li.cpuQuota()
-	mem, tasks := li.memoryBytes, li.maxTasks
+	mem, tasks := li.MemoryBytes, li.MaxTasks
 	r := &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &mem},
 		Pids:   &specs.LinuxPids{Limit: &tasks},
@@ -302,13 +317,13 @@ func v1Resources(li limits) *specs.LinuxResources {
 }
 
 // v2Resources are the resources of a lease (cgroup v2).
-func v2Resources(li limits) *cgroup2.Resources {
+func v2Resources(li Limits) *cgroup2.Resources {
 	period := uint64(cpuPeriod)
 	quota := li.cpuQuota()
-	mem, noSwap := li.memoryBytes, int64(0)
+	mem, noSwap := li.MemoryBytes, int64(0)
 	return &cgroup2.Resources{
 		Memory: &cgroup2.Memory{Max: &mem, Swap: &noSwap},
-		Pids:   &cgroup2.Pids{Max: li.maxTasks},
+		Pids:   &cgroup2.Pids{Max: li.MaxTasks},
 		CPU:    &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)},
 	}
 }
@@ -318,13 +333,13 @@ type v1Group struct {
 	freezerDir string // "" without a freezer
 }
 
-func (g *v1Group) addProc(pid int) error { return g.cg.AddProc(uint64(pid)) }
-func (g *v1Group) freeze() error         { return freezeV1(g.freezerDir, true) }
-func (g *v1Group) thaw() error           { return freezeV1(g.freezerDir, false) }
-func (g *v1Group) delete() error         { return g.cg.Delete() }
+func (g *v1Group) AddProc(pid int) error { return g.cg.AddProc(uint64(pid)) }
+func (g *v1Group) Freeze() error         { return freezeV1(g.freezerDir, true) }
+func (g *v1Group) Thaw() error           { return freezeV1(g.freezerDir, false) }
+func (g *v1Group) Delete() error         { return g.cg.Delete() }
 
-func (g *v1Group) stats() cgroupStats {
-	var st cgroupStats
+func (g *v1Group) Stats() CgroupStats {
+	var st CgroupStats
 	m, err := g.cg.Stat(cgroup1.IgnoreNotExist)
 	if err != nil || m == nil {
 		return st
@@ -350,13 +365,13 @@ type v2Group struct {
 	dir string
 }
 
-func (g *v2Group) addProc(pid int) error { return g.m.AddProc(uint64(pid)) }
-func (g *v2Group) freeze() error         { return freezeV2(g.dir, true) }
-func (g *v2Group) thaw() error           { return freezeV2(g.dir, false) }
-func (g *v2Group) delete() error         { return g.m.Delete() }
+func (g *v2Group) AddProc(pid int) error { return g.m.AddProc(uint64(pid)) }
+func (g *v2Group) Freeze() error         { return freezeV2(g.dir, true) }
+func (g *v2Group) Thaw() error           { return freezeV2(g.dir, false) }
+func (g *v2Group) Delete() error         { return g.m.Delete() }
 
-func (g *v2Group) stats() cgroupStats {
-	var st cgroupStats
+func (g *v2Group) Stats() CgroupStats {
+	var st CgroupStats
 	m, err := g.m.Stat()
 	if err != nil || m == nil {
 		return st
@@ -377,9 +392,6 @@ func (g *v2Group) stats() cgroupStats {
 	return st
 }
 
-// noCgroupsEnv, when set, makes a server act as on a host without cgroups
+// NoCgroupsEnv, when set, makes a server act as on a host without cgroups
 // (tests of the honest view and of RequireLimits).
-const noCgroupsEnv = "SANDBOXD_TEST_NO_CGROUPS"
-
-// errLimitsNotEnforced is what RequireLimits refuses to start with.
-var errLimitsNotEnforced = errors.New("localsandbox: RequireLimits: this host cannot enforce every limit of a shape")
+const NoCgroupsEnv = "SANDBOXD_TEST_NO_CGROUPS"

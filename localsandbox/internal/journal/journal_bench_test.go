@@ -1,13 +1,22 @@
-package localsandbox
+package journal
 
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // benchChunkSizes are the entry sizes of the journal benchmarks: a chatty
-// command's small writes, and full pipe reads (maxChunk).
-var benchChunkSizes = []int{256, maxChunk}
+// command's small writes, and full pipe reads (MaxChunk).
+var benchChunkSizes = []int{256, MaxChunk}
+
+// The server's defaults: localsandbox.DefaultJournalBytes and
+// DefaultStallTimeout, and the batches its output streams take.
+const (
+	benchJournalBytes = 1 << 20
+	benchStall        = 10 * time.Second
+	benchBatchBytes   = 256 << 10
+)
 
 func chunkName(size int) string {
 	if size >= 1<<10 {
@@ -17,7 +26,7 @@ func chunkName(size int) string {
 }
 
 // BenchmarkJournal measures the output journal with the server's defaults
-// (1 MiB held, batches of streamBatchBytes). MB/s counts the output bytes
+// (1 MiB held, batches of 256 KiB). MB/s counts the output bytes
 // that went through.
 //
 //   - live: the pump appends while an attached reader (a connect) takes
@@ -29,17 +38,17 @@ func chunkName(size int) string {
 func BenchmarkJournal(b *testing.B) {
 	for _, size := range benchChunkSizes {
 		b.Run("live/"+chunkName(size), func(b *testing.B) {
-			j := newJournal(DefaultJournalBytes, DefaultStallTimeout)
-			c, _ := j.attach(0)
+			j := New(benchJournalBytes, benchStall)
+			c, _ := j.Attach(0)
 			data := make([]byte, size)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			go func() {
 				for range b.N {
-					j.append(stdoutStream, data)
+					j.Append(Stdout, data)
 				}
-				j.setExit(exitStatus{})
+				j.SetExit(ExitStatus{})
 			}()
 			if n := drainJournal(b, j, c); n != b.N {
 				b.Fatalf("took %d entries, want %d", n, b.N)
@@ -48,19 +57,19 @@ func BenchmarkJournal(b *testing.B) {
 	}
 	for _, size := range benchChunkSizes {
 		b.Run("replay/"+chunkName(size), func(b *testing.B) {
-			perJournal := DefaultJournalBytes / size
+			perJournal := benchJournalBytes / size
 			data := make([]byte, size)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for done := 0; done < b.N; {
 				n := min(perJournal, b.N-done)
-				j := newJournal(DefaultJournalBytes, DefaultStallTimeout)
+				j := New(benchJournalBytes, benchStall)
 				for range n {
-					j.append(stdoutStream, data)
+					j.Append(Stdout, data)
 				}
-				j.setExit(exitStatus{})
-				c, err := j.attach(0)
+				j.SetExit(ExitStatus{})
+				c, err := j.Attach(0)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -75,21 +84,21 @@ func BenchmarkJournal(b *testing.B) {
 
 // drainJournal takes entries as a connect does until the exit, and
 // returns how many it took.
-func drainJournal(b *testing.B, j *journal, c *cursor) int {
-	buf := make([]entry, 0, 16)
+func drainJournal(b *testing.B, j *Journal, c *Cursor) int {
+	buf := make([]Entry, 0, 16)
 	n := 0
 	for {
-		bt := j.take(c, buf, streamBatchBytes)
+		bt := j.Take(c, buf, benchBatchBytes)
 		switch {
-		case bt.err != nil:
-			b.Fatal(bt.err)
-		case bt.exit != nil:
+		case bt.Err != nil:
+			b.Fatal(bt.Err)
+		case bt.Exit != nil:
 			return n
-		case len(bt.entries) > 0:
-			n += len(bt.entries)
-			clear(bt.entries)
+		case len(bt.Entries) > 0:
+			n += len(bt.Entries)
+			clear(bt.Entries)
 		default:
-			<-bt.wait
+			<-bt.Wait
 		}
 	}
 }
@@ -100,7 +109,7 @@ func drainJournal(b *testing.B, j *journal, c *cursor) int {
 func BenchmarkJournalFloor(b *testing.B) {
 	for _, size := range benchChunkSizes {
 		b.Run("live/"+chunkName(size), func(b *testing.B) {
-			ch := make(chan []byte, DefaultJournalBytes/size)
+			ch := make(chan []byte, benchJournalBytes/size)
 			data := make([]byte, size)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
@@ -122,7 +131,7 @@ func BenchmarkJournalFloor(b *testing.B) {
 	}
 	for _, size := range benchChunkSizes {
 		b.Run("replay/"+chunkName(size), func(b *testing.B) {
-			perJournal := DefaultJournalBytes / size
+			perJournal := benchJournalBytes / size
 			data := make([]byte, size)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()

@@ -1,4 +1,4 @@
-package localsandbox
+package journal
 
 import (
 	"errors"
@@ -6,44 +6,45 @@ import (
 	"time"
 )
 
-// stream names an output stream of a process.
-type stream uint8
+// Stream names an output stream of a process.
+type Stream uint8
 
+// The streams of a process.
 const (
-	stdoutStream stream = iota
-	stderrStream
+	Stdout Stream = iota
+	Stderr
 )
 
-func (s stream) String() string {
-	if s == stderrStream {
+func (s Stream) String() string {
+	if s == Stderr {
 		return "stderr"
 	}
 	return "stdout"
 }
 
-// exitStatus is how the main process of a tree ended: an exit code, or the
+// ExitStatus is how the main process of a tree ended: an exit code, or the
 // name of the signal that killed it.
-type exitStatus struct {
+type ExitStatus struct {
 	Code   int
 	Signal string
 }
 
-// entry is one read from a process's stdout or stderr pipe (at most
-// maxChunk bytes). Its data is never modified once appended, so readers may
+// Entry is one read from a process's stdout or stderr pipe (at most
+// MaxChunk bytes). Its data is never modified once appended, so readers may
 // keep using it after it was evicted.
-type entry struct {
-	seq    int64
-	stream stream
-	data   []byte
+type Entry struct {
+	Seq    int64
+	Stream Stream
+	Data   []byte
 }
 
-// maxChunk bounds one journal entry, and so one data frame.
-const maxChunk = 64 << 10
+// MaxChunk bounds one journal entry, and so one data frame.
+const MaxChunk = 64 << 10
 
-// errExpired means a cursor fell behind the oldest entry still held.
-var errExpired = errors.New("output_offset_expired")
+// ErrExpired means a cursor fell behind the oldest entry still held.
+var ErrExpired = errors.New("output_offset_expired")
 
-// journal is the bounded output journal of one process. Entries are
+// Journal is the bounded output journal of one process. Entries are
 // numbered 1, 2, 3… across both streams; when the journal holds more than
 // capBytes of data the oldest entries are evicted.
 //
@@ -54,38 +55,41 @@ var errExpired = errors.New("output_offset_expired")
 // process up for long, and the server holds at most capBytes plus one batch
 // per reader whatever the process writes. Without attached readers nothing
 // waits.
-type journal struct {
+type Journal struct {
 	capBytes int
 	stall    time.Duration
 
 	mu      sync.Mutex
-	entries []entry // entries[0] is the oldest held
+	entries []Entry // entries[0] is the oldest held
 	bytes   int     // data bytes held
 	newest  int64   // seq of the newest entry appended (0: none)
 	evicted int64   // every seq <= evicted is gone
-	exit    *exitStatus
+	exit    *ExitStatus
 	exitSeq int64 // newest when the exit was recorded: the exit frame follows it
 	// released turns backpressure off (the tree is being killed).
 	released bool
-	readers  map[*cursor]struct{}
+	readers  map[*Cursor]struct{}
 	// changed is closed (and replaced) when entries or the exit change;
 	// progress when a reader advances or detaches.
 	changed  chan struct{}
 	progress chan struct{}
 }
 
-// cursor is one reader's position: the seq it needs next.
-type cursor struct {
+// Cursor is one reader's position: the seq it needs next.
+type Cursor struct {
 	next         int64
 	lastProgress time.Time
 	expired      bool
 }
 
-func newJournal(capBytes int, stall time.Duration) *journal {
-	return &journal{
+// New returns an empty journal that holds capBytes of output (at least
+// MaxChunk) and gives an attached reader stall to make progress before it
+// evicts what that reader has not taken.
+func New(capBytes int, stall time.Duration) *Journal {
+	return &Journal{
 		capBytes: capBytes,
 		stall:    stall,
-		readers:  make(map[*cursor]struct{}),
+		readers:  make(map[*Cursor]struct{}),
 		changed:  make(chan struct{}),
 		progress: make(chan struct{}),
 	}
@@ -96,13 +100,13 @@ func broadcast(ch *chan struct{}) {
 	*ch = make(chan struct{})
 }
 
-// append adds data (which the journal now owns) as the next entry, evicting
+// Append adds data (which the journal now owns) as the next entry, evicting
 // old entries as needed. It may block while an attached reader catches up.
-func (j *journal) append(s stream, data []byte) {
+func (j *Journal) Append(s Stream, data []byte) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for j.bytes+len(data) > j.capBytes && len(j.entries) > 0 {
-		if wait := j.blockedFor(j.entries[0].seq); wait > 0 {
+		if wait := j.blockedFor(j.entries[0].Seq); wait > 0 {
 			progress := j.progress
 			j.mu.Unlock()
 			timer := time.NewTimer(wait)
@@ -114,20 +118,20 @@ func (j *journal) append(s stream, data []byte) {
 			j.mu.Lock()
 			continue
 		}
-		j.bytes -= len(j.entries[0].data)
-		j.evicted = j.entries[0].seq
-		j.entries[0] = entry{} // let the data go
+		j.bytes -= len(j.entries[0].Data)
+		j.evicted = j.entries[0].Seq
+		j.entries[0] = Entry{} // let the data go
 		j.entries = j.entries[1:]
 	}
 	j.newest++
-	j.entries = append(j.entries, entry{seq: j.newest, stream: s, data: data})
+	j.entries = append(j.entries, Entry{Seq: j.newest, Stream: s, Data: data})
 	j.bytes += len(data)
 	broadcast(&j.changed)
 }
 
 // blockedFor reports how long to wait before seq may be evicted: zero when
 // no live reader still needs it. Readers that stalled are expired here.
-func (j *journal) blockedFor(seq int64) time.Duration {
+func (j *Journal) blockedFor(seq int64) time.Duration {
 	var wait time.Duration
 	now := time.Now()
 	expired := false
@@ -151,9 +155,9 @@ func (j *journal) blockedFor(seq int64) time.Duration {
 	return wait
 }
 
-// setExit records the main process's exit status. Entries appended so far
+// SetExit records the main process's exit status. Entries appended so far
 // come before the exit frame.
-func (j *journal) setExit(st exitStatus) {
+func (j *Journal) SetExit(st ExitStatus) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.exit != nil {
@@ -164,91 +168,91 @@ func (j *journal) setExit(st exitStatus) {
 	broadcast(&j.changed)
 }
 
-// release turns backpressure off, so that a tree being killed is not held
+// Release turns backpressure off, so that a tree being killed is not held
 // up by a slow reader.
-func (j *journal) release() {
+func (j *Journal) Release() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.released = true
 	broadcast(&j.progress)
 }
 
-// newestSeq returns the seq of the newest entry.
-func (j *journal) newestSeq() int64 {
+// NewestSeq returns the seq of the newest entry.
+func (j *Journal) NewestSeq() int64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.newest
 }
 
-// window returns the seqs of the oldest and newest entries still held
+// Window returns the seqs of the oldest and newest entries still held
 // (oldest is newest+1 when none is) and the bytes they hold.
-func (j *journal) window() (oldest, newest int64, bytes int) {
+func (j *Journal) Window() (oldest, newest int64, bytes int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.evicted + 1, j.newest, j.bytes
 }
 
-// attach registers a reader that wants the entries after seq after. It
-// fails with errExpired when some of them were evicted already.
-func (j *journal) attach(after int64) (*cursor, error) {
+// Attach registers a reader that wants the entries after seq after. It
+// fails with ErrExpired when some of them were evicted already.
+func (j *Journal) Attach(after int64) (*Cursor, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if after < j.evicted {
-		return nil, errExpired
+		return nil, ErrExpired
 	}
-	c := &cursor{next: after + 1, lastProgress: time.Now()}
+	c := &Cursor{next: after + 1, lastProgress: time.Now()}
 	j.readers[c] = struct{}{}
 	return c, nil
 }
 
-// detach forgets a reader.
-func (j *journal) detach(c *cursor) {
+// Detach forgets a reader.
+func (j *Journal) Detach(c *Cursor) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.readers, c)
 	broadcast(&j.progress)
 }
 
-// batch is what a reader takes from the journal in one step: entries to
-// send, or the exit status (the stream ends after it), or an error (the
-// stream ends with it), or else a channel that is closed when there may be
-// more.
-type batch struct {
-	entries []entry
-	exit    *exitStatus
-	err     error
-	wait    <-chan struct{}
+// Batch is what a reader takes from the journal in one step: Entries to
+// send, or the Exit status (the stream ends after it), or an Err (the
+// stream ends with it), or else a channel, Wait, that is closed when there
+// may be more.
+type Batch struct {
+	Entries []Entry
+	Exit    *ExitStatus
+	Err     error
+	Wait    <-chan struct{}
 }
 
-// take advances c over up to maxBytes of entries (at least one). buf is
+// Take advances c over up to maxBytes of entries (at least one). buf is
 // reused for the returned entries.
-func (j *journal) take(c *cursor, buf []entry, maxBytes int) batch {
+func (j *Journal) Take(c *Cursor, buf []Entry, maxBytes int) Batch {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if c.expired || c.next <= j.evicted {
-		return batch{err: errExpired}
+		return Batch{Err: ErrExpired}
 	}
 	if j.exit != nil && c.next > j.exitSeq {
-		return batch{exit: j.exit}
+		return Batch{Exit: j.exit}
 	}
 	if c.next > j.newest {
-		return batch{wait: j.changed}
+		return Batch{Wait: j.changed}
 	}
 	out := buf[:0]
 	size := 0
-	for i := int(c.next - j.entries[0].seq); i < len(j.entries); i++ {
+	for i := int(c.next - j.entries[0].Seq); i < len(j.entries); i++ {
 		e := j.entries[i]
-		if len(out) > 0 && size+len(e.data) > maxBytes {
+		if len(out) > 0 && size+len(e.Data) > maxBytes {
 			break
 		}
-		if j.exit != nil && e.seq > j.exitSeq {
+		if j.exit != nil && e.Seq > j.exitSeq {
 			break
 		}
 		out = append(out, e)
-		size += len(e.data)
+		size += len(e.Data)
 	}
-	c.next = out[len(out)-1].seq + 1
+	c.next = out[len(out)-1].Seq + 1
 	c.lastProgress = time.Now()
 	broadcast(&j.progress)
-	return batch{entries: out}
+	return Batch{Entries: out}
 }

@@ -1,0 +1,71 @@
+// Package leaseinit is what runs inside a lease: the lease init, pid 1 of
+// a lease's namespaces for the life of the sandbox, and the supervisor of
+// a managed process. Both are re-executions of the server's own binary,
+// caught by this package's init function before main runs:
+//
+//	// The server (package machine) starts a lease init in new namespaces:
+//	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{leaseinit.Arg0, root, leaseinit.LeaseArg}, …}
+//	// then sends it a Config on its control socket (fd 3), and Requests.
+//
+//	// A supervisor: forked by a lease init, or started by the server on
+//	// the host in process-group mode, with a SupervisorConfig on fd 3 and
+//	// a status pipe on fd 4.
+//	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{leaseinit.Arg0, root}, …}
+//
+// A program that links the package (sandboxd, the devserver, a test
+// binary) needs nothing special: the hook does nothing in a process not
+// started with argv[0] Arg0.
+//
+// # Where each mechanism is applied
+//
+// The namespaces (user, mount, PID, UTS, IPC, network) are made by the
+// server's clone of the init (machine.Start). Inside them:
+//
+//   - leaseinit.go, runLeaseInit: non-dumpable (PR_SET_DUMPABLE),
+//     inherited descriptors close-on-exec (close_range), a session of its
+//     own; the signals that would end a pid 1 dropped; then the request
+//     loop: an exec is forked by the init itself, a managed process under
+//     a supervisor; kill freezes and kills a supervisor's tree.
+//   - rootfs.go, buildRoot: the lease's root file system — the overlays
+//     of each lower layer and its upper directory (mount "overlay"), the
+//     workspace and tmp binds, /dev from scratch (setupDev), its own
+//     /proc, pivot_root out of the host's tree, the hostname (the lease
+//     id), and loopback up (LoopbackUp).
+//   - leaseinit.go, confineChild: no_new_privs, the capability bounding
+//     set and the seccomp filter, through package confine — in the init
+//     itself, so that every command it forks inherits them.
+//   - initproc.go, the hook (init) and the supervisor: applyRlimits,
+//     RLIMIT_NPROC, RLIMIT_NOFILE, no core dumps; runSupervisor,
+//     PR_SET_CHILD_SUBREAPER, so that orphans of a managed process's tree
+//     come back to its supervisor.
+//
+// The limits of a shape (cgroups, the disk) are the server's business:
+// the init is put in its lease's cgroup before it forks anything
+// (package machine).
+//
+// # The protocol
+//
+// protocol.go holds everything the server and its inits say to each
+// other, in one place: the Config and Requests on a lease init's control
+// socket (SOCK_SEQPACKET, one message per request, the stdio and status
+// pipes of a new command attached as SCM_RIGHTS) and its Reply; the
+// SupervisorConfig; the Status lines on a command's status pipe (started,
+// exited, or why it could not start — a line longer than MaxStatusLine
+// or one that does not parse is a protocol failure, never an exit
+// status); the names of the lease directory; the timeouts.
+//
+// # Why it imports so little
+//
+// Go runs package inits in dependency order (and by import path among
+// packages that are ready), so the hook runs as soon as everything this
+// package imports is initialized — and before the package inits of the
+// rest of the program, the Temporal server's among them in the devserver.
+// Every lease and every managed process pays for what runs before it.
+// Hence only the standard library's early packages (not path/filepath,
+// whose init runs late in a large program), golang.org/x/sys/unix, and
+// confine and proctree, which import as little. Check with
+//
+//	GODEBUG=inittrace=1 bash -c 'exec -a sandboxflow-init ./devserver /x' 3</dev/null 4>/dev/null
+//
+// which lists every package init that ran before the hook.
+package leaseinit

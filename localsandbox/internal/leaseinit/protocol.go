@@ -1,0 +1,185 @@
+package leaseinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// The protocol between the server and its inits: what the server sends a
+// lease init on its control socket (Config, then Requests), the init's one
+// Reply, what it tells a supervisor (SupervisorConfig), and the Status
+// lines both write on a command's status pipe.
+//
+//	server ──Config + [lease dir, lower layers]──────────────▶ lease init
+//	server ◀──Reply{ready} or Reply{failure}───────────────── lease init
+//	server ──Request{spawn} + [stdin stdout stderr status]──▶ lease init
+//	server ──Request{signal} / Request{kill}────────────────▶ lease init
+//	server ◀──────────── {"started"} {"exited",code} on status ─ init or supervisor
+
+// Spawn kinds: an exec is forked by the init itself (cheap: no new binary
+// is loaded); a managed process runs under a supervisor, a child subreaper
+// that holds its tree together, so that its tree can be waited for and
+// killed as a whole.
+const (
+	KindExec    = "exec"
+	KindProcess = "process"
+)
+
+// Request is one message from the server to a lease init.
+type Request struct {
+	Op     string   `json:"op"` // "spawn", "signal" or "kill"
+	ID     uint64   `json:"id"`
+	Kind   string   `json:"kind,omitempty"`
+	Argv   []string `json:"argv,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	Signal int      `json:"signal,omitempty"`
+}
+
+// Reply is the init's one message to the server: ready, or why not.
+type Reply struct {
+	Ready   bool   `json:"ready,omitempty"`
+	Failure string `json:"failure,omitempty"`
+}
+
+// Bounds of the control channel. A reply longer than MaxReplyBytes, or one
+// that does not parse, is a protocol failure: the init is killed.
+const (
+	MaxReplyBytes   = 4 << 10
+	MaxRequestBytes = 4 << 20 // argv and environment of one command
+	MaxRequestFDs   = 64
+)
+
+// Config is the first message to a lease init. The descriptors attached to
+// it: with MountFDs a detached mount of the lease directory (overlays and
+// binds need their directories on a mount of the init's own mount
+// namespace, and the init may not be able to reach it by path); then one
+// detached mount per layer with LowerFD, in order. Without MountFDs (a
+// server that is not root cannot make detached mounts) the init opens
+// LeaseDir itself.
+type Config struct {
+	Hostname     string    `json:"hostname"`
+	LeaseDir     string    `json:"lease_dir"`
+	MountFDs     bool      `json:"mount_fds"`
+	Root         string    `json:"root"` // the server's root, argv[1] of supervisors
+	Layers       []Layer   `json:"layers"`
+	Symlinks     []Symlink `json:"symlinks,omitempty"`
+	MaxProcs     uint64    `json:"max_procs"`
+	MaxOpenFiles uint64    `json:"max_open_files"`
+}
+
+// Layer is one mount of the lease's root file system.
+type Layer struct {
+	Target string `json:"target"` // "/" or a path below it
+	Name   string `json:"name"`   // upper/<Name> and work/<Name> in the lease directory
+	// Lower is the host path of the read-only layer, which the init opens
+	// itself; LowerFD says it comes as a (idmapped) detached mount instead.
+	// Neither: Target is the upper directory itself.
+	Lower   string `json:"lower,omitempty"`
+	LowerFD bool   `json:"lower_fd,omitempty"`
+}
+
+// Symlink is a symlink of the lower layer's top, recreated in /.
+type Symlink struct {
+	Path   string `json:"path"`
+	Target string `json:"target"`
+}
+
+// The lease directory (<root>/leases/<id>) as the server makes it and the
+// init mounts it, and where the lease's processes see its workspace and
+// tmp directory.
+const (
+	UpperDir     = "upper"     // upper/<layer>: what the lease wrote over each lower layer
+	WorkDir      = "work"      // work/<layer>: the overlays' work directories
+	WorkspaceDir = "workspace" // mounted at Workspace
+	TmpDir       = "tmp"       // mounted at Tmp
+	Workspace    = "/workspace"
+	Tmp          = "/tmp"
+)
+
+// SupervisorConfig is what the server (or a lease init) tells a supervisor
+// to do.
+type SupervisorConfig struct {
+	Argv []string `json:"argv"`
+	Cwd  string   `json:"cwd"` // absolute, as the command sees the file system
+	Env  []string `json:"env"`
+	// WorkspacePath is where relative working directories start.
+	WorkspacePath string `json:"workspace_path"`
+	MaxProcs      uint64 `json:"max_procs,omitempty"`
+	MaxOpenFiles  uint64 `json:"max_open_files,omitempty"`
+}
+
+// Status is one line an init writes on a command's status pipe: first
+// Started or a Failure, later the command's exit status.
+type Status struct {
+	Started bool `json:"started,omitempty"`
+	// Pid is the started command's, as its supervisor sees it.
+	Pid int `json:"pid,omitempty"`
+	// Failure says why the command could not start; FailureKind is
+	// FailCwd, FailCommand (not found / not executable) or FailSetup.
+	Failure     string `json:"failure,omitempty"`
+	FailureKind string `json:"failure_kind,omitempty"`
+	Exited      bool   `json:"exited,omitempty"`
+	ExitCode    int    `json:"exit_code,omitempty"`
+	Signal      string `json:"signal,omitempty"`
+}
+
+// The failure kinds of a Status.
+const (
+	FailCwd     = "cwd"
+	FailCommand = "command"
+	FailSetup   = "setup"
+)
+
+// MaxStatusLine bounds a line on a status pipe. A longer line, or one that
+// does not parse, is a protocol failure: the tree is killed, and nothing of
+// the line is taken for an exit status.
+const MaxStatusLine = 4 << 10
+
+// maxFailureBytes bounds the Failure text of a status message, so that a
+// failure quoting a long command line (or path) still fits in
+// MaxStatusLine however JSON escapes it (at most 6 bytes a byte).
+const maxFailureBytes = 512
+
+// Encode returns m as one status line, its Failure clipped.
+func (m Status) Encode() []byte {
+	m.Failure = clip(m.Failure, maxFailureBytes)
+	b, _ := json.Marshal(m)
+	return append(b, '\n')
+}
+
+// DecodeStatus parses one status line (without its newline). A line longer
+// than MaxStatusLine, or one that is not a message, is not ok: the caller
+// treats it as a protocol failure, never as an exit status.
+func DecodeStatus(line []byte) (Status, bool) {
+	var msg Status
+	if len(line) > MaxStatusLine || json.Unmarshal(line, &msg) != nil {
+		return Status{}, false
+	}
+	return msg, true
+}
+
+// clip returns s if it has at most n bytes, else a copy of its first n
+// (cut at a character boundary) marked "…(+N bytes)", as the API clips
+// what it quotes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s…(+%d bytes)", s[:n], len(s)-n)
+}
+
+// Timeouts of the server's inits.
+const (
+	// StartTimeout bounds how long a new init (or slirp4netns) may take to
+	// report.
+	StartTimeout = 30 * time.Second
+	// KillConfirmTimeout bounds how long a tree may take to disappear
+	// after SIGKILL before the server says it cannot confirm it.
+	KillConfirmTimeout = 10 * time.Second
+)

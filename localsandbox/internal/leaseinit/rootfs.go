@@ -1,0 +1,267 @@
+package leaseinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The lease's root file system, as the init builds it from the layers the
+// server laid out.
+//
+// A lease's / is writable and its own: every write lands in the lease's
+// upper directory (<lease>/upper) and vanishes with the lease. By default
+// the read-only lower layer is the host's system directories: / itself is
+// the lease's upper/root, and each of ReadOnlyPaths (/usr, /etc, …) is an
+// overlay of the host directory (lower) and upper/<name>; a merged-/usr
+// symlink such as /bin -> usr/bin is recreated as a symlink. With a rootfs
+// (Options.RootfsDir/<name>), / is one overlay of that tree and upper/root.
+//
+//	/            upper/root            (or overlay: rootfs + upper/root)
+//	/usr         overlay: host /usr + upper/usr
+//	/etc         overlay: host /etc + upper/etc
+//	/workspace   bind of <lease>/workspace (the files API's)
+//	/tmp         bind of <lease>/tmp
+//	/dev         a tmpfs built from scratch: null zero full random urandom, fd links, shm
+//	/proc        the lease's own
+//
+// The lease's root is uid 0 of its user namespace and HostUID on the host;
+// ids 1..65535 map to HostIDBase+1… When the server is root, each lower
+// layer is an idmapped mount that shows the host's root-owned files as
+// owned by the lease's root, so that tools which chown, write /etc or add
+// users work (the overlay copies a file up, with its owner, on first
+// write). A server that is not root maps only the lease's root and cannot
+// idmap: files of the lower layer then show as owned by nobody.
+
+// stagingDirs are host directories, reachable by anybody, one of which the
+// init covers (in its private mount namespace only) with the tmpfs where
+// it assembles the lease's root.
+var stagingDirs = []string{"/tmp", "/mnt", "/var/tmp"}
+
+// buildRoot builds the lease's view of the world, in the init (pid 1 of
+// the lease's namespaces, root of its user namespace, HostUID on the host),
+// and moves into it.
+func buildRoot(cfg *Config, fds []int) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	// Without detached mounts, the lease directory and the lower layers are
+	// held by descriptor before the staging tmpfs can hide them.
+	hold := func(dir string) (string, error) {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("opening %s: %w", dir, err)
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd), nil // closed at exec
+	}
+	leaseDir := ""
+	lowers := make([]string, len(cfg.Layers))
+	if !cfg.MountFDs {
+		var err error
+		if leaseDir, err = hold(cfg.LeaseDir); err != nil {
+			return err
+		}
+		for i, ly := range cfg.Layers {
+			if ly.Lower != "" && !ly.LowerFD {
+				if lowers[i], err = hold(ly.Lower); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	stage := ""
+	for _, dir := range stagingDirs {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			stage = dir
+			break
+		}
+	}
+	if stage == "" {
+		return errors.New("no staging directory for the root file system")
+	}
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=1m"); err != nil {
+		return fmt.Errorf("mounting the staging tmpfs: %w", err)
+	}
+	next := 0
+	if cfg.MountFDs {
+		if len(fds) < 1 {
+			return errors.New("no lease directory")
+		}
+		leaseDir, next = path.Join(stage, "lease"), 1
+		if err := os.Mkdir(leaseDir, 0o700); err != nil {
+			return err
+		}
+		if err := unix.MoveMount(fds[0], "", unix.AT_FDCWD, leaseDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attaching the lease directory: %w", err)
+		}
+	}
+	bind := func(rel, target string) error {
+		return unix.Mount(path.Join(leaseDir, rel), target, "", unix.MS_BIND|unix.MS_REC, "")
+	}
+	root := path.Join(stage, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	for i, ly := range cfg.Layers {
+		if strings.ContainsAny(ly.Name, "/,:\\") || ly.Name == "" || strings.ContainsAny(ly.Lower, ",:\\") {
+			return fmt.Errorf("layer %q: bad name or path", ly.Name)
+		}
+		target := path.Join(root, ly.Target)
+		if i > 0 {
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		}
+		upper := path.Join(leaseDir, UpperDir, ly.Name)
+		lower := lowers[i]
+		if ly.LowerFD {
+			if next >= len(fds) {
+				return fmt.Errorf("layer %s: no mount", ly.Target)
+			}
+			lower = path.Join(stage, fmt.Sprintf("lower-%d", i))
+			if err := os.Mkdir(lower, 0o755); err != nil {
+				return err
+			}
+			if err := unix.MoveMount(fds[next], "", unix.AT_FDCWD, lower, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return fmt.Errorf("attaching the lower layer of %s: %w", ly.Target, err)
+			}
+			next++
+		}
+		if lower == "" {
+			if err := bind(path.Join(UpperDir, ly.Name), target); err != nil {
+				return fmt.Errorf("mounting %s: %w", ly.Target, err)
+			}
+			continue
+		}
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, path.Join(leaseDir, WorkDir, ly.Name))
+		if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+			return fmt.Errorf("mounting the overlay at %s: %w", ly.Target, err)
+		}
+	}
+	for _, link := range cfg.Symlinks {
+		p := path.Join(root, link.Path)
+		if _, err := os.Lstat(p); err == nil {
+			continue // the lease made it already, or changed it
+		}
+		if err := os.Symlink(link.Target, p); err != nil {
+			return err
+		}
+	}
+	if err := setupDev(path.Join(root, "dev")); err != nil {
+		return err
+	}
+	for _, m := range []struct{ rel, mountpoint string }{
+		{WorkspaceDir, Workspace},
+		{TmpDir, Tmp},
+	} {
+		target := path.Join(root, m.mountpoint)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := bind(m.rel, target); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.mountpoint, err)
+		}
+	}
+	procDir := path.Join(root, "proc")
+	if err := os.MkdirAll(procDir, 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// lazy unmount then drops it, and with it every host path.
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("setting the hostname: %w", err)
+	}
+	return LoopbackUp()
+}
+
+// setupDev builds /dev from scratch: the harmless character devices bound
+// from the host (no tty, no console), the usual /proc/self/fd symlinks and
+// a small /dev/shm.
+func setupDev(dev string) error {
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	for _, name := range []string{"null", "zero", "full", "random", "urandom"} {
+		if _, err := os.Stat("/dev/" + name); err != nil {
+			continue // not on this host
+		}
+		target := path.Join(dev, name)
+		if err := touch(target); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+name, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s: %w", name, err)
+		}
+	}
+	for name, dest := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(dest, path.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	shm := path.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	return nil
+}
+
+func touch(file string) error {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// LoopbackUp brings up lo, the only interface of a new network namespace:
+// the calling thread's. The init calls it for a namespace of its own; the
+// server, for the namespaces it makes for its leases (package network).
+func LoopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		return nil // the server brought it up (package network)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	return nil
+}
