@@ -94,6 +94,7 @@ func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
 }
 
 func TestErrorsLeaveClassified(t *testing.T) {
+	unrecorded := fmt.Errorf("process p-1 not started: %w", &unrecordedError{errors.New("unavailable")})
 	for _, tc := range []struct {
 		err          error
 		typ          string
@@ -110,31 +111,10 @@ func TestErrorsLeaveClassified(t *testing.T) {
 		{&sandbox.UnavailableError{Operation: "x"}, sandbox.TypeUnavailable, false},
 		{&sandbox.LeaseGoneError{LeaseID: "sbx-1"}, sandbox.TypeLeaseGone, true},
 		{&sandbox.PaymentRequiredError{Operation: "x"}, sandbox.TypePaymentRequired, true},
-	} {
-		t.Run(tc.typ, func(t *testing.T) {
-			env, provider := newEnv(t, nil)
-			provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(sandbox.Result{}, tc.err)
-			_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			assert.Equal(t, tc.typ, appErr.Type())
-			assert.Equal(t, tc.nonRetryable, appErr.NonRetryable())
-		})
-	}
-}
-
-// A process that Started could not record in Temporal was killed before
-// its command started: the attempt fails retryably, for the next one to
-// start the command afresh; a kill that was not confirmed stays a cleanup
-// error.
-func TestUnrecordedProcessIsRetried(t *testing.T) {
-	unrecorded := fmt.Errorf("process p-1 not started: %w", &unrecordedError{errors.New("unavailable")})
-	for _, tc := range []struct {
-		err          error
-		typ          string
-		nonRetryable bool
-	}{
+		// A process that Started could not record in Temporal was killed
+		// before its command started: the next attempt starts afresh…
 		{unrecorded, TypeUnrecorded, false},
+		// … unless the kill was not confirmed.
 		{&sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-1", ProcessID: "p-1", Err: unrecorded}, sandbox.TypeCleanup, true},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {

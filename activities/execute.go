@@ -151,7 +151,7 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	var unrecorded *unrecordedError
 	if errors.As(err, &unrecorded) && sandbox.ErrorType(err) == "" {
 		// Killed before its command could start: a retry starts afresh.
-		return sandbox.Result{}, temporal.NewApplicationErrorWithCause(err.Error(), TypeUnrecorded, err)
+		return sandbox.Result{}, temporal.NewApplicationError(err.Error(), TypeUnrecorded)
 	}
 	if err != nil {
 		return sandbox.Result{}, fail(ctx, err)
