@@ -19,11 +19,11 @@ import (
 
 // The worker dies by SIGKILL mid-command. Once Execute's heartbeat times
 // out, its retry on another worker re-attaches to the running process:
-// the command runs once and its output arrives whole. The worker dies
-// while the SDK holds back its heartbeats (for its throttle interval after
-// each one; the process create is held until a heartbeat has been
-// recorded, so that it always does): the server has the process all the
-// same, since the command started only once the server had it.
+// the command runs once and its output arrives whole. The process create
+// waits until Execute has recorded a heartbeat, so that the SDK holds back
+// the next ones (for its throttle interval) when the worker dies: the
+// server has the process all the same, since the command started only
+// once the server had it.
 func TestWorkerKilled(t *testing.T) {
 	e := start(t, options{noWorker: true})
 	e.proxy.AddRule(testsuite.Rule{Name: "connect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
@@ -33,8 +33,8 @@ func TestWorkerKilled(t *testing.T) {
 	// Short, so that the dead worker's attempt times out soon, but well
 	// above the SDK's heartbeat throttle: the server hears from a living
 	// attempt only every min(0.8 × timeout, the worker's 2 s
-	// MaxHeartbeatThrottleInterval). With 2 s, a loaded machine missed
-	// that 0.4 s margin and timed out the re-attached attempt too.
+	// MaxHeartbeatThrottleInterval). 2 s left a 0.4 s margin, which a
+	// loaded machine missed.
 	const heartbeatTimeout = 5 * time.Second
 	req.ActivityOptions.Execute.HeartbeatTimeout = heartbeatTimeout
 

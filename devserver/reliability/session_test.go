@@ -129,10 +129,9 @@ func TestCancelledSessionReleasesItsLease(t *testing.T) {
 // keeps its lease and workspace, and close releases everything. The
 // command runs once: its Execute attempt loses the server and leaves the
 // command running, and the retry re-attaches to the process that the
-// server recorded before the command started — even when the SDK was
-// holding back heartbeats at that moment, as it does for its throttle
-// interval after each one (the process create is held until a heartbeat
-// has been recorded, so that it always is).
+// server recorded before the command started. The process create waits
+// until Execute has recorded a heartbeat, so that the SDK holds back the
+// next ones (for its throttle interval) when the server goes away.
 func TestSessionSurvivesATemporalRestart(t *testing.T) {
 	e := start(t, options{persistent: true})
 	ctx := t.Context()
