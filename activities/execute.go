@@ -88,10 +88,11 @@ func (t *OutputTail) append(text string) {
 // Execute runs a command on a lease and returns its Result; a non-zero exit
 // and a timeout are Results, not errors.
 //
-// While the command runs, Execute heartbeats its ExecuteProgress. When an
-// earlier attempt's heartbeat names a process that did not end — the worker
-// running it died — Execute attaches to that process instead of starting the
-// command again, so a worker crash never runs a command twice. When Execute
+// While the command runs, Execute heartbeats its ExecuteProgress. A new
+// process is recorded on the Temporal server before its command may start.
+// When an earlier attempt's heartbeat names a process that did not end — the
+// worker running it died — Execute attaches to that process instead of
+// starting the command again, so a worker crash never runs a command twice. When Execute
 // ends a process itself (it exited, timed out, lost its output connection or
 // was cancelled), its last heartbeat says so, and a retry starts afresh.
 //
