@@ -94,6 +94,7 @@ func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
 }
 
 func TestErrorsLeaveClassified(t *testing.T) {
+	unrecorded := fmt.Errorf("process p-1 not started: %w", &unrecordedError{errors.New("unavailable")})
 	for _, tc := range []struct {
 		err          error
 		typ          string
@@ -110,6 +111,11 @@ func TestErrorsLeaveClassified(t *testing.T) {
 		{&sandbox.UnavailableError{Operation: "x"}, sandbox.TypeUnavailable, false},
 		{&sandbox.LeaseGoneError{LeaseID: "sbx-1"}, sandbox.TypeLeaseGone, true},
 		{&sandbox.PaymentRequiredError{Operation: "x"}, sandbox.TypePaymentRequired, true},
+		// A process that Started could not record in Temporal was killed
+		// before its command started: the next attempt starts afresh…
+		{unrecorded, TypeUnrecorded, false},
+		// … unless the kill was not confirmed.
+		{&sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: "sbx-1", ProcessID: "p-1", Err: unrecorded}, sandbox.TypeCleanup, true},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			env, provider := newEnv(t, nil)

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservicemock/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -90,10 +91,11 @@ func (t *OutputTail) append(text string) {
 // Execute runs a command on a lease and returns its Result; a non-zero exit
 // and a timeout are Results, not errors.
 //
-// While the command runs, Execute heartbeats its ExecuteProgress. When an
-// earlier attempt's heartbeat names a process that did not end — the worker
-// running it died — Execute attaches to that process instead of starting the
-// command again, so a worker crash never runs a command twice. When Execute
+// While the command runs, Execute heartbeats its ExecuteProgress. A new
+// process is recorded on the Temporal server before its command may start.
+// When an earlier attempt's heartbeat names a process that did not end — the
+// worker running it died — Execute attaches to that process instead of
+// starting the command again, so a worker crash never runs a command twice. When Execute
 // ends a process itself (it exited, timed out, lost its output connection or
 // was cancelled), its last heartbeat says so, and a retry starts afresh.
 //
@@ -123,13 +125,18 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 
 	m := meterOf(ctx)
 	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters(), progress: ExecuteProgress{LeaseID: lease.ID}}
-	stop, nudge := a.keepBeating(ctx, progress.snapshot)
-	progress.nudge = nudge
+	reattach := previous.Process.ID != "" && !previous.Ended
+	if reattach {
+		// Before the periodic heartbeats begin: none of them may forget
+		// the process.
+		progress.resume(previous)
+	}
+	stop, nudge, beat := a.keepBeating(ctx, progress.snapshot)
+	progress.nudge, progress.beat = nudge, beat
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
-	if previous.Process.ID != "" && !previous.Ended {
+	if reattach {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
-		progress.resume(previous)
 		result, err = a.Provider.Attach(runCtx, lease, previous.Process, progress)
 	} else {
 		result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
@@ -145,6 +152,11 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	// Otherwise this attempt is done with the process: it exited, or the
 	// provider killed it (or reported why it could not).
 	started := progress.end()
+	var unrecorded *unrecordedError
+	if errors.As(err, &unrecorded) && sandbox.ErrorType(err) == "" {
+		// Killed before its command could start: a retry starts afresh.
+		return sandbox.Result{}, temporal.NewApplicationError(err.Error(), TypeUnrecorded)
+	}
 	if err != nil {
 		return sandbox.Result{}, fail(ctx, err)
 	}
@@ -158,6 +170,49 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 // left its command running for the next attempt: its worker is shutting
 // down, or Temporal no longer counts it as the current attempt.
 const TypeDetached = "SandboxDetached"
+
+// TypeUnrecorded is the (retryable) error type of an Execute attempt that
+// could not record its new process in Temporal: the process was killed
+// before its command could start, so the next attempt starts it afresh.
+const TypeUnrecorded = "SandboxProcessUnrecorded"
+
+// unrecordedError is the refusal of progressRecorder.Started.
+type unrecordedError struct{ err error }
+
+func (e *unrecordedError) Error() string {
+	return "the process could not be recorded in Temporal before its command started: " + e.err.Error()
+}
+
+func (e *unrecordedError) Unwrap() error { return e.err }
+
+// recordHeartbeatNow records details as the heartbeat of the activity
+// running in ctx, and returns once the Temporal server has them. Unlike
+// activity.RecordHeartbeat, it is not held back by the SDK's heartbeat
+// throttle, and it reports whether the heartbeat arrived. It gives up
+// after the activity's heartbeat timeout: by then the server has given up
+// on the attempt. A heartbeat the server answers with a request (cancel,
+// pause, reset) was recorded: the SDK's own heartbeats deliver the request.
+//
+// In the SDK's test environments, whose client talks to a mock service,
+// heartbeats go to memory and activity.RecordHeartbeat has recorded them.
+func recordHeartbeatNow(ctx context.Context, details any) error {
+	c := activity.GetClient(ctx)
+	if _, mock := c.WorkflowService().(*workflowservicemock.MockWorkflowServiceClient); mock {
+		return nil
+	}
+	info := activity.GetInfo(ctx)
+	if info.HeartbeatTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, info.HeartbeatTimeout)
+		defer cancel()
+	}
+	err := c.RecordActivityHeartbeat(ctx, info.TaskToken, details)
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) || errors.Is(err, activity.ErrActivityPaused) || errors.Is(err, activity.ErrActivityReset) {
+		return nil
+	}
+	return err
+}
 
 // followContext returns the context in which an Execute attempt follows its
 // command. It ends when ctx does, but with a cause that tells the provider
@@ -253,6 +308,8 @@ type progressRecorder struct {
 	bytes map[sandbox.Stream]client.MetricsCounter // output bytes by stream
 	// nudge asks for a heartbeat soon: output has arrived.
 	nudge func()
+	// beat records a heartbeat at once, in order with the periodic ones.
+	beat func()
 
 	mu        sync.Mutex
 	progress  ExecuteProgress
@@ -267,28 +324,36 @@ type progressRecorder struct {
 // them, so that a reader of the heartbeats sees one stream.
 func (r *progressRecorder) resume(previous ExecuteProgress) {
 	r.mu.Lock()
+	r.progress.Process = previous.Process
 	r.progress.Stdout, r.progress.Stderr = previous.Stdout, previous.Stderr
 	r.progress.Cursor, r.replayed = previous.Cursor, previous.Cursor
 	r.mu.Unlock()
-	r.follow(previous.Process)
+	activity.RecordHeartbeat(r.ctx, r.snapshot())
 }
 
-// Started records the process and heartbeats at once: from now on a worker
-// crash must lead to a re-attach, not a second run.
-func (r *progressRecorder) Started(p sandbox.Process) {
+// Started records the process and returns once the Temporal server has
+// it; the command waits behind its start gate until then. From then on a
+// worker crash or a Temporal outage leads to a re-attach, not to a second
+// run. A heartbeat through the SDK alone could not promise that: the SDK
+// holds heartbeats back for its throttle interval (up to the worker's
+// MaxHeartbeatThrottleInterval after the previous one), and one that dies
+// with the worker, or fails while the server is down, leaves the server
+// with details that name no process. If the server cannot be told, Started
+// refuses the process: it is killed before its command starts.
+func (r *progressRecorder) Started(p sandbox.Process) error {
 	r.mu.Lock()
 	r.startedAt = time.Now()
-	r.mu.Unlock()
-	r.follow(p)
-}
-
-// follow records the process that this attempt follows, started by it or
-// by an earlier attempt, and heartbeats at once.
-func (r *progressRecorder) follow(p sandbox.Process) {
-	r.mu.Lock()
 	r.progress.Process = p
+	details := r.progress
 	r.mu.Unlock()
-	activity.RecordHeartbeat(r.ctx, r.snapshot())
+	// Every heartbeat through the SDK names the process from now on, one
+	// that it holds back included …
+	r.beat()
+	// … and the server has it before the command can run.
+	if err := recordHeartbeatNow(r.ctx, details); err != nil {
+		return &unrecordedError{err}
+	}
+	return nil
 }
 
 func (r *progressRecorder) Output(c sandbox.Chunk) {

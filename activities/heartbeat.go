@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -12,12 +13,12 @@ import (
 // within the activity's heartbeat timeout and a cancellation reaches the
 // activity. details, if not nil, supplies the details of each heartbeat.
 func (a *Activities) keepHeartbeating(ctx context.Context, details func() any) (stop func()) {
-	stop, _ = a.keepBeating(ctx, details)
+	stop, _, _ = a.keepBeating(ctx, details)
 	return stop
 }
 
-// keepBeating is keepHeartbeating with a nudge (see keepBeating).
-func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop, nudge func()) {
+// keepBeating is keepHeartbeating with a nudge and a beat (see keepBeating).
+func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop, nudge, beat func()) {
 	return keepBeating(ctx, a.heartbeatInterval(activity.GetInfo(ctx).HeartbeatTimeout), details)
 }
 
@@ -28,7 +29,7 @@ func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop,
 // Update) uses it so that its worker's death is noticed within the
 // heartbeat timeout and cancellation reaches it.
 func KeepHeartbeating(ctx context.Context, interval time.Duration, details func() any) (stop func()) {
-	stop, _ = keepBeating(ctx, interval, details)
+	stop, _, _ = keepBeating(ctx, interval, details)
 	return stop
 }
 
@@ -38,8 +39,16 @@ func KeepHeartbeating(ctx context.Context, interval time.Duration, details func(
 // output live. The SDK's heartbeat throttle (the worker's
 // MaxHeartbeatThrottleInterval) still bounds how often one reaches the
 // server, and holds back only the latest details.
-func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop, nudge func()) {
-	beat := func() {
+//
+// beat records a heartbeat at once, in order with the periodic ones: a
+// heartbeat begun before it, whose details may be older, never reaches the
+// SDK after it. Execute beats when a process starts, so that no later
+// heartbeat forgets it.
+func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop, nudge, beat func()) {
+	var mu sync.Mutex
+	beat = func() {
+		mu.Lock()
+		defer mu.Unlock()
 		if details == nil {
 			activity.RecordHeartbeat(ctx)
 		} else {
@@ -76,5 +85,5 @@ func keepBeating(ctx context.Context, interval time.Duration, details func() any
 		default: // a heartbeat is coming anyway
 		}
 	}
-	return stop, nudge
+	return stop, nudge, beat
 }

@@ -21,7 +21,9 @@ var errTimedOut = errors.New("the command ran out of time")
 //  2. Stdin, if any, is staged as a file in the lease.
 //  3. The process is created; obs.Started learns it at once, with the
 //     Deadline that Attach would use (now + cmd.Timeout: a little before
-//     the timeout expires, as it runs from step 4).
+//     the timeout expires, as it runs from step 4). If Started returns an
+//     error, the run ends there: the process is killed before its command
+//     could start, and Execute returns that error.
 //  4. The output stream is attached, and only then is the start gate
 //     opened: the command cannot write a byte that nobody reads. Its
 //     timeout runs from there.
@@ -35,13 +37,14 @@ var errTimedOut = errors.New("the command ran out of time")
 //
 // A caller that cancels ctx with the cause sandbox.ErrDetached leaves the
 // process running for a later Attach: the error then wraps ErrDetached and
-// nothing is killed or removed.
+// nothing is killed or removed. (A process that obs.Started has not
+// accepted is killed all the same: nobody could attach to it.)
 //
 // Errors, in order of precedence: a *sandbox.CleanupError when a process
 // may exist that nobody controls (its creation was not confirmed, or its
 // end was not) — destroy the lease; a timeout (a Result with TimedOut);
 // an error wrapping ctx's error ("command cancelled"); then the failure
-// itself: *sandbox.ConnectionExhaustedError (the output could not be
+// itself: the error of obs.Started, wrapped, *sandbox.ConnectionExhaustedError (the output could not be
 // re-attached; the process was killed, so it may be retried),
 // *sandbox.OutputEvictedError, *sandbox.ProtocolError,
 // *sandbox.LeaseGoneError, *sandbox.APIError, *sandbox.UnavailableError or
@@ -91,6 +94,7 @@ func (c *Client) Attach(ctx context.Context, lease sandbox.Lease, proc sandbox.P
 		return sandbox.Result{}, err
 	}
 	r.f.pid = proc.ID
+	r.known = true
 	r.staged = proc.Token != "" // the earlier run's gate and stdin may remain
 	runCtx, expire := context.WithCancelCause(ctx)
 	defer expire(nil)
@@ -111,8 +115,12 @@ type run struct {
 	// creationUnconfirmed: a process-create request was sent and no answer
 	// proved that it failed.
 	creationUnconfirmed bool
-	staged              bool        // files of the run may exist in the lease
-	timer               *time.Timer // the command's timeout, once running
+	// known: the process is known beyond this run (obs.Started accepted it,
+	// or Attach was given it), so a detaching caller may leave it running
+	// for a later Attach. A process nobody knows is killed instead.
+	known  bool
+	staged bool        // files of the run may exist in the lease
+	timer  *time.Timer // the command's timeout, once running
 	// gateOnly: the run's one file is its start gate, which the command's
 	// script removes on its way to the command (an Execute without stdin).
 	gateOnly bool
@@ -171,7 +179,11 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 	if cmd.Timeout > 0 {
 		deadline = time.Now().Add(cmd.Timeout)
 	}
-	r.obs.Started(sandbox.Process{ID: pid, Token: r.token, Deadline: deadline})
+	if err := r.obs.Started(sandbox.Process{ID: pid, Token: r.token, Deadline: deadline}); err != nil {
+		// Its gate is still shut: the command never ran.
+		return exitStatus{}, fmt.Errorf("process %s not started: %w", pid, err)
+	}
+	r.known = true
 
 	// The command reads its stdin from a file or /dev/null; closing the
 	// process's own stdin runs beside the connect and is best effort.
@@ -283,7 +295,7 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 		}
 	case r.f.pid == "" && r.creationUnconfirmed:
 		err = &sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: r.leaseID, Err: err}
-	case r.f.pid != "" && errors.Is(context.Cause(ctx), sandbox.ErrDetached):
+	case r.f.pid != "" && r.known && errors.Is(context.Cause(ctx), sandbox.ErrDetached):
 		// The caller leaves the process to a later Attach: no kill, and its
 		// gate and stdin files stay for that Attach to use.
 		return sandbox.Result{}, fmt.Errorf("process %s left running: %w", r.f.pid, sandbox.ErrDetached)
@@ -329,5 +341,5 @@ func (r *run) freshContext(ctx context.Context) (context.Context, context.Cancel
 
 type nopObserver struct{}
 
-func (nopObserver) Started(sandbox.Process) {}
-func (nopObserver) Output(sandbox.Chunk)    {}
+func (nopObserver) Started(sandbox.Process) error { return nil }
+func (nopObserver) Output(sandbox.Chunk)          {}

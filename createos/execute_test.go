@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -421,6 +422,40 @@ func TestExecuteDetachedLeavesTheProcessForAttach(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "started\n", res.Stdout)
 	assert.Equal(t, 1, f.count("createProcess"), "the command ran once")
+}
+
+// An observer that cannot record the process refuses it: the command never
+// passes its start gate, and the process is killed even when the caller
+// detaches, since nobody could attach to it.
+func TestExecuteRefusedByTheObserverNeverStartsTheCommand(t *testing.T) {
+	errRefused := errors.New("not recorded")
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detach=%v", detach), func(t *testing.T) {
+			f := newFakeServer(t)
+			f.program = func(p *fakeProc) { t.Error("the command ran") }
+			c := newTestClient(t, f)
+			ctx, cancel := context.WithCancelCause(t.Context())
+			rec := &recorder{onStarted: func(sandbox.Process) error {
+				if detach {
+					cancel(sandbox.ErrDetached)
+				}
+				return errRefused
+			}}
+
+			_, err := c.Execute(ctx, f.newLease(), sandbox.Command{Argv: []string{"x"}, Stdin: []byte("in")}, rec)
+
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, sandbox.ErrDetached)
+			if !detach {
+				require.ErrorIs(t, err, errRefused)
+				assert.Contains(t, err.Error(), "process p-2 not started")
+			}
+			assert.Empty(t, sandbox.ErrorType(err))
+			assertKilled(t, f, "p-2")
+			assert.Equal(t, []string{"putFile", "createProcess", "deleteProcess", "exec"}, f.routes(),
+				"no connect, no gate; the stdin file removed")
+		})
+	}
 }
 
 func TestExecuteCreateFailures(t *testing.T) {

@@ -641,14 +641,22 @@ func newTestClient(t testing.TB, f *fakeServer, configure ...func(*Config)) *Cli
 	return c
 }
 
-// recorder is an Observer that keeps what it learns.
+// recorder is an Observer that keeps what it learns. onStarted, if set,
+// answers Started.
 type recorder struct {
-	started  []sandbox.Process
-	chunks   []sandbox.Chunk
-	onOutput func(sandbox.Chunk)
+	started   []sandbox.Process
+	chunks    []sandbox.Chunk
+	onStarted func(sandbox.Process) error
+	onOutput  func(sandbox.Chunk)
 }
 
-func (r *recorder) Started(p sandbox.Process) { r.started = append(r.started, p) }
+func (r *recorder) Started(p sandbox.Process) error {
+	r.started = append(r.started, p)
+	if r.onStarted != nil {
+		return r.onStarted(p)
+	}
+	return nil
+}
 
 func (r *recorder) Output(c sandbox.Chunk) {
 	r.chunks = append(r.chunks, c)

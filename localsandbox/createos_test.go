@@ -203,8 +203,8 @@ func TestClientConcurrentLeases(t *testing.T) {
 // observer delivers output chunks to f.
 type observer func(sandbox.Chunk)
 
-func (observer) Started(sandbox.Process)  {}
-func (o observer) Output(c sandbox.Chunk) { o(c) }
+func (observer) Started(sandbox.Process) error { return nil }
+func (o observer) Output(c sandbox.Chunk)      { o(c) }
 
 // recorder remembers the process an Execute started.
 type recorder struct {
@@ -213,10 +213,11 @@ type recorder struct {
 	onOutput func(sandbox.Chunk)
 }
 
-func (r *recorder) Started(p sandbox.Process) {
+func (r *recorder) Started(p sandbox.Process) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.proc = p
+	return nil
 }
 
 func (r *recorder) Output(c sandbox.Chunk) { r.onOutput(c) }

@@ -244,7 +244,8 @@ type Provider interface {
 	// Execute runs cmd in the lease and follows its output until it exits,
 	// its timeout expires or ctx ends. A non-zero exit and a timeout are
 	// Results, not errors. obs, if not nil, learns the process as soon as it
-	// exists and receives its output as it arrives.
+	// exists, before the command can run (see Observer.Started), and
+	// receives its output as it arrives.
 	Execute(ctx context.Context, lease Lease, cmd Command, obs Observer) (Result, error)
 	// Attach follows a process that an earlier Execute started (for example in
 	// a worker that has since died) from the start of its output, and returns

@@ -84,8 +84,12 @@ type Chunk struct {
 // in order from one goroutine and must return promptly.
 type Observer interface {
 	// Started reports the process as soon as the server has created it,
-	// before the command can run.
-	Started(Process)
+	// before the command can run: the command is held back until Started
+	// returns, so that whoever must be able to find the process again (a
+	// retry that re-attaches) knows it first. An error stops the run before
+	// the command can start: the process is killed and the run fails with
+	// that error (or, if the kill is not confirmed, a *CleanupError).
+	Started(Process) error
 	// Output receives output as it arrives. A replayed frame is never
 	// delivered twice.
 	Output(Chunk)

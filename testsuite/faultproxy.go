@@ -82,6 +82,7 @@ const (
 	faultRewindSequence
 	faultFailAfterForward
 	faultPass
+	faultHold
 )
 
 func (f Fault) String() string { return f.describe }
@@ -155,6 +156,14 @@ func RewindSequence(n int) Fault {
 // them.
 func Pass() Fault {
 	return Fault{kind: faultPass, describe: "pass unchanged"}
+}
+
+// Hold calls hold and waits for it to return before it forwards the
+// request, then relays the answer unchanged: a test holds a request (a
+// process create, a start gate) until it has looked at, or changed, the
+// world around it.
+func Hold(hold func()) Fault {
+	return Fault{kind: faultHold, hold: hold, describe: "hold, then pass unchanged"}
 }
 
 // Event is one fault the proxy injected.
@@ -302,6 +311,9 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(fault.status)
 		return
 	}
+	if broken && fault.kind == faultHold {
+		fault.hold()
+	}
 	resp, err := p.forward(r)
 	if err != nil {
 		w.WriteHeader(http.StatusBadGateway)
@@ -332,7 +344,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.WriteHeader(fault.status)
 			return
-		case faultPass:
+		case faultPass, faultHold:
 			p.record(event, resp.StatusCode, nil)
 			broken = false // relayed as it is
 		}

@@ -199,6 +199,25 @@ func TestPassOnlyRecords(t *testing.T) {
 	assert.Equal(t, http.StatusOK, p.Log()[0].Status)
 }
 
+func TestHoldWaitsThenPassesUnchanged(t *testing.T) {
+	up := newUpstream(t)
+	p := newProxy(t, up.URL)
+	held := -1
+	p.AddRule(Rule{Name: "held", Method: http.MethodPost, Times: 1, Fault: Hold(func() {
+		held = int(up.created.Load())
+	})})
+
+	resp, err := post(t, p.URL())
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 0, held, "the hold ran before the server saw the request")
+	assert.Equal(t, int32(1), up.created.Load())
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.JSONEq(t, `{"status":"success","data":{"id":"t1"}}`, string(body))
+	assert.Equal(t, 1, p.Fired("held"))
+}
+
 func TestStallActsThenOutlastsTheClient(t *testing.T) {
 	up := newUpstream(t)
 	p := newProxy(t, up.URL)

@@ -37,5 +37,5 @@ func TestCheckNothingLeakedSeesALeaseAndItsProcesses(t *testing.T) {
 
 type observerFunc func(sandbox.Chunk)
 
-func (observerFunc) Started(sandbox.Process)  {}
-func (f observerFunc) Output(c sandbox.Chunk) { f(c) }
+func (observerFunc) Started(sandbox.Process) error { return nil }
+func (f observerFunc) Output(c sandbox.Chunk)      { f(c) }

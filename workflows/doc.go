@@ -53,6 +53,9 @@
 //	                                            Execute retry           process: the command runs once
 //	worker shuts down mid-command, or its     Execute retry           the attempt detaches (no kill); the next
 //	  attempt timed out on the server                                 attempt re-attaches: SandboxDetached
+//	Temporal cannot record a new process      Execute retry           killed before its command starts; the
+//	  (unreachable, attempt gone)                                     next attempt starts it:
+//	                                                                  SandboxProcessUnrecorded
 //	SandboxInvalidInput                       —                       fails at once, before anything is sent
 //	SandboxProtocolError, SandboxOutputEvicted, —                     fails at once (not retried)
 //	  SandboxAPIError 4xx

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -46,6 +47,47 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 	records := processes(e.stack.Sandbox, marker)
 	assert.Equal(t, 1, ran(records, marker), describe(records))
 	assert.Len(t, records, 1, "one process ever")
+}
+
+// A command starts only once the Temporal server has recorded its process
+// in Execute's heartbeat details: whatever happens to the worker or to the
+// server from then on, the retry finds the process and re-attaches to it
+// instead of starting the command again. The server has it even when the
+// SDK is holding back heartbeats, as it does for its throttle interval
+// after each one: the process create is held until a heartbeat has been
+// recorded, and the start gate's upload until the server's details have
+// been read.
+func TestProcessRecordedBeforeItsCommandStarts(t *testing.T) {
+	e := start(t, options{})
+	marker := newMarker()
+	workflowID := make(chan string, 1) // the run's, once it started
+	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+		id := <-workflowID
+		workflowID <- id
+		e.waitHeartbeat(id)
+	})})
+	atGate := make(chan activities.ExecuteProgress, 1)
+	e.proxy.AddRule(testsuite.Rule{Name: "gate", Method: http.MethodPut, Path: filesPath, Times: 1, Fault: testsuite.Hold(func() {
+		id := <-workflowID
+		workflowID <- id
+		recorded, _ := e.pendingExecute(id)
+		atGate <- recorded
+	})})
+
+	run := e.startRun(request(command(marker, "echo done")))
+	workflowID <- run.GetID()
+	res, err := e.result(run)
+	require.NoError(t, err)
+	assert.Equal(t, marker+"\ndone\n", res.Stdout)
+
+	e.requireFired("create", 1)
+	e.requireFired("gate", 1)
+	recorded := <-atGate
+	records := processes(e.stack.Sandbox, marker)
+	require.Len(t, records, 1, describe(records))
+	assert.Equal(t, records[0].ProcessID, recorded.Process.ID, "the process the server had when the gate opened")
+	assert.False(t, recorded.Ended)
+	assert.Equal(t, 1, ran(records, marker))
 }
 
 // Inside one connection the last data frame comes with the seq of the

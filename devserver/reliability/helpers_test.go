@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -398,4 +400,101 @@ func killed(r localsandbox.ProcessRecord) error {
 		return fmt.Errorf("process %s exited with %d instead of being killed", r.ProcessID, r.ExitCode)
 	}
 	return nil
+}
+
+// logHistory logs the history of every run of a workflow id, one line per
+// event, for a failing test to show which activity attempt or Update did
+// what.
+func (e *env) logHistory(workflowID string) {
+	e.t.Helper()
+	ctx := context.WithoutCancel(e.t.Context())
+	resp, err := e.stack.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", workflowID)})
+	if err != nil {
+		e.t.Logf("history of %s: %v", workflowID, err)
+		return
+	}
+	for _, ex := range slices.Backward(resp.GetExecutions()) {
+		runID := ex.GetExecution().GetRunId()
+		var b strings.Builder
+		req := &workflowservice.GetWorkflowExecutionHistoryRequest{
+			Namespace: e.stack.Temporal.Namespace(),
+			Execution: ex.GetExecution(),
+		}
+		for {
+			// A page may come empty with a token for more: read them all.
+			page, err := e.stack.Client.WorkflowService().GetWorkflowExecutionHistory(ctx, req)
+			if err != nil {
+				fmt.Fprintf(&b, "\n  error: %v", err)
+				break
+			}
+			for _, event := range page.GetHistory().GetEvents() {
+				fmt.Fprintf(&b, "\n  %3d %s %s %s", event.GetEventId(), event.GetEventTime().AsTime().Format(time.StampMilli),
+					strings.TrimPrefix(event.GetEventType().String(), "EVENT_TYPE_"), eventDetail(event))
+			}
+			if req.NextPageToken = page.GetNextPageToken(); len(req.NextPageToken) == 0 {
+				break
+			}
+		}
+		e.t.Logf("history of %s run %s:%s", workflowID, runID, b.String())
+	}
+}
+
+// eventDetail is what logHistory shows of an event besides its type.
+func eventDetail(event *historypb.HistoryEvent) string {
+	switch a := event.GetAttributes().(type) {
+	case *historypb.HistoryEvent_ActivityTaskScheduledEventAttributes:
+		return a.ActivityTaskScheduledEventAttributes.GetActivityType().GetName()
+	case *historypb.HistoryEvent_ActivityTaskStartedEventAttributes:
+		at := a.ActivityTaskStartedEventAttributes
+		return fmt.Sprintf("scheduled=%d attempt=%d last failure=%q", at.GetScheduledEventId(), at.GetAttempt(), at.GetLastFailure().GetMessage())
+	case *historypb.HistoryEvent_ActivityTaskCompletedEventAttributes:
+		return fmt.Sprintf("scheduled=%d", a.ActivityTaskCompletedEventAttributes.GetScheduledEventId())
+	case *historypb.HistoryEvent_ActivityTaskFailedEventAttributes:
+		at := a.ActivityTaskFailedEventAttributes
+		return fmt.Sprintf("scheduled=%d failure=%q", at.GetScheduledEventId(), at.GetFailure().GetMessage())
+	case *historypb.HistoryEvent_ActivityTaskTimedOutEventAttributes:
+		at := a.ActivityTaskTimedOutEventAttributes
+		return fmt.Sprintf("scheduled=%d failure=%q", at.GetScheduledEventId(), at.GetFailure().GetMessage())
+	case *historypb.HistoryEvent_WorkflowExecutionUpdateAcceptedEventAttributes:
+		at := a.WorkflowExecutionUpdateAcceptedEventAttributes
+		return fmt.Sprintf("update=%s %s", at.GetAcceptedRequest().GetMeta().GetUpdateId(), at.GetAcceptedRequest().GetInput().GetName())
+	case *historypb.HistoryEvent_WorkflowExecutionUpdateCompletedEventAttributes:
+		return "update=" + a.WorkflowExecutionUpdateCompletedEventAttributes.GetMeta().GetUpdateId()
+	case *historypb.HistoryEvent_WorkflowTaskScheduledEventAttributes:
+		return fmt.Sprintf("attempt=%d", a.WorkflowTaskScheduledEventAttributes.GetAttempt())
+	case *historypb.HistoryEvent_WorkflowTaskFailedEventAttributes:
+		at := a.WorkflowTaskFailedEventAttributes
+		return fmt.Sprintf("cause=%s failure=%q", at.GetCause(), at.GetFailure().GetMessage())
+	case *historypb.HistoryEvent_WorkflowTaskTimedOutEventAttributes:
+		return a.WorkflowTaskTimedOutEventAttributes.GetTimeoutType().String()
+	}
+	return ""
+}
+
+// waitHeartbeat waits until the server has recorded a heartbeat of the
+// workflow's pending Execute activity. It may run on any goroutine (a
+// proxy's Hold).
+func (e *env) waitHeartbeat(workflowID string) {
+	assert.Eventually(e.t, func() bool {
+		_, beaten := e.pendingExecute(workflowID)
+		return beaten
+	}, waitShort, poll, "no heartbeat of Execute")
+}
+
+// pendingExecute returns what the server has recorded of the workflow's
+// pending Execute activity: the progress in its last heartbeat, and
+// whether it has recorded one. It may run on any goroutine.
+func (e *env) pendingExecute(workflowID string) (activities.ExecuteProgress, bool) {
+	desc, err := e.stack.Client.DescribeWorkflowExecution(e.t.Context(), workflowID, "")
+	if err != nil {
+		return activities.ExecuteProgress{}, false
+	}
+	for _, a := range desc.GetPendingActivities() {
+		if a.GetActivityType().GetName() == activities.NameExecute && a.GetLastHeartbeatTime() != nil {
+			var p activities.ExecuteProgress
+			err := converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &p)
+			return p, assert.NoError(e.t, err, "heartbeat details of Execute")
+		}
+	}
+	return activities.ExecuteProgress{}, false
 }

@@ -19,17 +19,36 @@ import (
 
 // The worker dies by SIGKILL mid-command. Once Execute's heartbeat times
 // out, its retry on another worker re-attaches to the running process:
-// the command runs once and its output arrives whole.
+// the command runs once and its output arrives whole. The process create
+// waits until Execute has recorded a heartbeat, so that the SDK holds back
+// the next ones (for its throttle interval) when the worker dies: the
+// server has the process all the same, since the command started only
+// once the server had it.
 func TestWorkerKilled(t *testing.T) {
 	e := start(t, options{noWorker: true})
 	e.proxy.AddRule(testsuite.Rule{Name: "connect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
 	first := e.startWorker()
 	marker := newMarker()
 	req := request(command(marker, heldScript))
-	const heartbeatTimeout = 2 * time.Second
+	// Short, so that the dead worker's attempt times out soon, but well
+	// above the SDK's heartbeat throttle: the server hears from a living
+	// attempt only every min(0.8 × timeout, the worker's 2 s
+	// MaxHeartbeatThrottleInterval). 2 s left a 0.4 s margin, which a
+	// loaded machine missed.
+	const heartbeatTimeout = 5 * time.Second
 	req.ActivityOptions.Execute.HeartbeatTimeout = heartbeatTimeout
 
+	workflowID := make(chan string, 1)
+	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+		e.waitHeartbeat(<-workflowID)
+	})})
 	run := e.startRun(req)
+	workflowID <- run.GetID()
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.logHistory(run.GetID())
+		}
+	})
 	running := e.waitRunning(e.stack.Sandbox, marker)
 	first.kill(t)
 	e.startWorker()
@@ -54,6 +73,7 @@ func TestWorkerKilled(t *testing.T) {
 
 	res, err := e.result(run)
 	require.NoError(t, err)
+	e.requireFired("create", 1)
 	assert.Equal(t, marker+"\nreleased\n", res.Stdout, "the whole output, from the start")
 	assert.Zero(t, res.FreshLeases)
 	assert.Equal(t, []int32{2}, e.readHistory(run).executeAttempts)

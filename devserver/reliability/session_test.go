@@ -126,16 +126,31 @@ func TestCancelledSessionReleasesItsLease(t *testing.T) {
 
 // The Temporal server restarts, on its database, while a session's
 // command runs: the command's Update still gets its result, the session
-// keeps its lease and workspace, and close releases everything.
+// keeps its lease and workspace, and close releases everything. The
+// command runs once: its Execute attempt loses the server and leaves the
+// command running, and the retry re-attaches to the process that the
+// server recorded before the command started. The process create waits
+// until Execute has recorded a heartbeat, so that the SDK holds back the
+// next ones (for its throttle interval) when the server goes away.
 func TestSessionSurvivesATemporalRestart(t *testing.T) {
 	e := start(t, options{persistent: true})
 	ctx := t.Context()
 	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{ActivityOptions: fastActivities()})
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.logHistory(sess.ID())
+		}
+	})
 	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo kept > f"}}})
 	require.NoError(t, err)
 
+	// The process create waits for a heartbeat of its Execute attempt: the
+	// SDK then holds back the next ones.
+	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+		e.waitHeartbeat(sess.ID())
+	})})
 	marker := newMarker()
 	held := make(chan workflows.SessionResult, 1)
 	heldErr := make(chan error, 1)
@@ -148,6 +163,7 @@ func TestSessionSurvivesATemporalRestart(t *testing.T) {
 	require.NoError(t, e.stack.RestartTemporal(ctx))
 	e.release(running.LeaseID)
 	require.NoError(t, <-heldErr, "the Update's result arrives across the restart")
+	e.requireFired("create", 1)
 	assert.Equal(t, marker+"\nreleased\n", (<-held).Stdout)
 
 	after, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
