@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"time"
 
@@ -23,8 +24,9 @@ var errTimedOut = errors.New("the command ran out of time")
 //     Deadline that Attach would use (now + cmd.Timeout: a little before
 //     the timeout expires, as it runs from step 4).
 //  4. The output stream is attached, and only then is the start gate
-//     opened: the command cannot write a byte that nobody reads. Its
-//     timeout runs from there.
+//     opened (the run's token written to the process's stdin): the
+//     command cannot write a byte that nobody reads. Its timeout runs from
+//     there.
 //  5. The output is followed, through reconnects, to the exit frame, and
 //     delivered live to obs.Output.
 //
@@ -64,7 +66,8 @@ func (c *Client) Execute(ctx context.Context, lease sandbox.Lease, cmd sandbox.C
 // of its output, and returns its Result as Execute would have; it never
 // starts the command again and does not call obs.Started. It opens the
 // start gate in case the earlier caller died before it did (harmless
-// otherwise); the timeout runs to proc.Deadline. Failures, reconnects and
+// otherwise), the gate file of earlier versions' scripts included; the
+// timeout runs to proc.Deadline. Failures, reconnects and
 // cleanup are those of Execute.
 //
 // If the server no longer holds the start of the output (the first connect
@@ -91,7 +94,7 @@ func (c *Client) Attach(ctx context.Context, lease sandbox.Lease, proc sandbox.P
 		return sandbox.Result{}, err
 	}
 	r.f.pid = proc.ID
-	r.staged = proc.Token != "" // the earlier run's gate and stdin may remain
+	r.staged = proc.Token != "" // the earlier run's stdin may remain, and the legacy gate will
 	runCtx, expire := context.WithCancelCause(ctx)
 	defer expire(nil)
 	st, err := r.attach(runCtx, proc.Deadline, expire)
@@ -113,12 +116,6 @@ type run struct {
 	creationUnconfirmed bool
 	staged              bool        // files of the run may exist in the lease
 	timer               *time.Timer // the command's timeout, once running
-	// gateOnly: the run's one file is its start gate, which the command's
-	// script removes on its way to the command (an Execute without stdin).
-	gateOnly bool
-	// gateRewritten: the gate was written more than once, so a copy may
-	// remain after the script removed the first.
-	gateRewritten bool
 }
 
 func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
@@ -144,12 +141,11 @@ func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer)
 
 // execute stages, creates and follows the command's process.
 func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.CancelCauseFunc) (exitStatus, error) {
-	r.gateOnly = len(cmd.Stdin) == 0
 	spec := scriptSpec{
-		gate: gatePath(r.workspace, r.token),
-		dir:  workingDir(r.workspace, cmd.Cwd),
-		env:  cmd.Env,
-		argv: cmd.Argv,
+		token: r.token,
+		dir:   workingDir(r.workspace, cmd.Cwd),
+		env:   cmd.Env,
+		argv:  cmd.Argv,
 	}
 	if len(cmd.Stdin) > 0 {
 		spec.stdin = stdinPath(r.workspace, r.token)
@@ -172,15 +168,6 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 		deadline = time.Now().Add(cmd.Timeout)
 	}
 	r.obs.Started(sandbox.Process{ID: pid, Token: r.token, Deadline: deadline})
-
-	// The command reads its stdin from a file or /dev/null; closing the
-	// process's own stdin runs beside the connect and is best effort.
-	stdinClosed := make(chan struct{})
-	go func() {
-		defer close(stdinClosed)
-		_ = r.c.closeStdin(ctx, r.leaseID, pid)
-	}()
-	defer func() { <-stdinClosed }()
 
 	r.f.onAttach = func(ctx context.Context) error {
 		// The timeout runs from the first gate write: from then on the
@@ -214,7 +201,12 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 		}
 	}
 	if r.token != "" {
-		r.f.onAttach = r.openGate
+		r.f.onAttach = func(ctx context.Context) error {
+			// Best effort: a script of this version does not look at it,
+			// and cleanup removes it.
+			_ = r.c.putFile(ctx, r.leaseID, legacyGatePath(r.workspace, r.token), nil)
+			return r.openGate(ctx)
+		}
 	}
 	st, err := r.f.follow(ctx)
 	var evicted *sandbox.OutputEvictedError
@@ -230,25 +222,27 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 	return st, err
 }
 
-// openGate lets the command's script go on: it waits for this file.
+// openGate lets the command's script go on: it waits for its token on its
+// stdin.
 //
-// Writing the empty gate file is idempotent, and a write whose outcome is
-// unknown (5xx, 429, no answer) may have been stored: the command may be
-// running already. So such a write is repeated, after the reconnect
-// delay, until it is answered, or refused for good (another 4xx: nothing
-// was stored, and the command never ran), or ctx ends — the command's
-// timeout included, whose Result then says TimedOut. An ambiguous gate
-// write is never a reason to kill the process and run the command again.
+// A gate write whose outcome is unknown (5xx, 429, no answer) may have
+// been delivered: the command may be running already. So such a write is
+// repeated, after the reconnect delay, until it is answered, or refused
+// for good (another 4xx: nothing was written, and the command never ran),
+// or ctx ends — the command's timeout included, whose Result then says
+// TimedOut. Writing the token again is harmless: the script reads one
+// line, and a script gone past its gate no longer reads its stdin, which
+// the server answers 409 — the gate is open. An ambiguous gate write is
+// never a reason to kill the process and run the command again.
 func (r *run) openGate(ctx context.Context) error {
-	r.staged = true
 	for {
-		err := r.c.putFile(ctx, r.leaseID, gatePath(r.workspace, r.token), nil)
+		err := r.c.writeInput(ctx, r.leaseID, r.f.pid, gateLine(r.token))
+		if statusOf(err) == http.StatusConflict {
+			return nil
+		}
 		if err == nil || !outcomeUnknown(err) || ctx.Err() != nil {
 			return err
 		}
-		// A second write may leave a gate that nobody removes: cleanup
-		// must remove it.
-		r.gateRewritten = true
 		if err := sleep(ctx, r.c.reconnectDelay); err != nil {
 			return fmt.Errorf("open the start gate: %w", err)
 		}
@@ -276,11 +270,6 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 	switch {
 	case completed:
 		res = r.f.result(st)
-		if st.signal == "" && r.gateOnly && !r.gateRewritten {
-			// The command exited by itself, so its script went through the
-			// gate and removed it: the run left no file to remove.
-			r.staged = false
-		}
 	case r.f.pid == "" && r.creationUnconfirmed:
 		err = &sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: r.leaseID, Err: err}
 	case r.f.pid != "" && errors.Is(context.Cause(ctx), sandbox.ErrDetached):
@@ -315,7 +304,7 @@ func (r *run) cleanup(ctx context.Context, completed bool, first error) error {
 	var gone *sandbox.LeaseGoneError
 	if r.staged && r.token != "" && !errors.As(first, &gone) {
 		rctx, cancel := r.freshContext(ctx)
-		_ = r.c.removeFiles(rctx, r.leaseID, gatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
+		_ = r.c.removeFiles(rctx, r.leaseID, legacyGatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
 		cancel()
 	}
 	return first

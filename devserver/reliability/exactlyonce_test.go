@@ -13,14 +13,14 @@ import (
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
-// filesPath is the file upload of a lease: the start gate, staged stdin.
-const filesPath = "/sandboxes/*/files"
+// inputPath is a process's stdin, where the start gate's line is written.
+const inputPath = "/sandboxes/*/processes/*/input"
 
-// The start gate's upload reaches the server, and the command passes its
+// The start gate's write reaches the process, and the command passes its
 // gate and runs, but the worker is answered 500. An ambiguous gate write
 // is repeated, not a reason to kill: the process is followed to its end
 // and the command runs once.
-func TestGateUploadStoredThenFailed(t *testing.T) {
+func TestGateWriteDeliveredThenFailed(t *testing.T) {
 	e := start(t, options{})
 	marker := newMarker()
 	// Hold the 500 until the command has printed its marker: it really
@@ -31,7 +31,7 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 			time.Sleep(poll)
 		}
 	}
-	e.proxy.AddRule(testsuite.Rule{Name: "500", Method: http.MethodPut, Path: filesPath, Times: 1,
+	e.proxy.AddRule(testsuite.Rule{Name: "500", Method: http.MethodPost, Path: inputPath, Times: 1,
 		Fault: testsuite.FailAfterForward(http.StatusInternalServerError, passedGate)})
 
 	run := e.startRun(request(command(marker, "echo done")))
@@ -41,7 +41,7 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 	assert.Zero(t, res.FreshLeases)
 
 	e.requireFired("500", 1)
-	assert.Equal(t, http.StatusOK, e.proxy.Log()[0].Status, "the server stored the gate")
+	assert.Equal(t, http.StatusOK, e.proxy.Log()[0].Status, "the server delivered the gate's line")
 	assert.Equal(t, []int32{1}, e.readHistory(run).executeAttempts, "one attempt")
 	records := processes(e.stack.Sandbox, marker)
 	assert.Equal(t, 1, ran(records, marker), describe(records))
