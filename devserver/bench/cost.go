@@ -18,7 +18,8 @@ import (
 //
 //   - RunCommand(`true`), beside the no-op workflow of three activities
 //     (Temporal) and beside the same create, execute and destroy made
-//     directly through the provider (sandbox requests);
+//     directly through the provider (sandbox requests); and started with
+//     the search attributes, which it then keeps current, beside without;
 //   - a command (`true`) in an open session, beside RunCommand (Temporal)
 //     and beside Execute on a lease through the provider (sandbox).
 //
@@ -34,6 +35,14 @@ func Cost(ctx context.Context, env *Env, runs int) ([]Row, error) {
 	rc, err := costOfRuns(ctx, env, runs, runCommand)
 	if err != nil {
 		return nil, fmt.Errorf("RunCommand: %w", err)
+	}
+	withSA, err := costOfRuns(ctx, env, runs, func(ctx context.Context) (client.WorkflowRun, error) {
+		opts := env.startOptions("p0-sa", env.TaskQueue)
+		withSearchAttributes(&opts)
+		return env.Client.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, workflows.Request{Command: trueCommand})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("RunCommand with search attributes: %w", err)
 	}
 	floor, err := costOfRuns(ctx, env, runs, noop)
 	if err != nil {
@@ -77,6 +86,10 @@ func Cost(ctx context.Context, env *Env, runs int) ([]Row, error) {
 			Figure: count(rc.workflowTasks, "tasks"), FloorName: "no-op workflow of 3 activities", Floor: count(floor.workflowTasks, "tasks")},
 		{Name: "P0 per run: history events, " + rcName,
 			Figure: count(rc.events, "events"), FloorName: "no-op workflow of 3 activities", Floor: count(floor.events, "events")},
+		{Name: "P0 per run: workflow tasks, " + rcName + " started with the search attributes (as the starter starts it)",
+			Figure: count(withSA.workflowTasks, "tasks"), FloorName: "without", Floor: count(rc.workflowTasks, "tasks")},
+		{Name: "P0 per run: history events, " + rcName + " started with the search attributes",
+			Figure: count(withSA.events, "events"), FloorName: "without", Floor: count(rc.events, "events")},
 		{Name: "P0 per run: sandbox requests, " + rcName,
 			Figure: count(rc.sandbox.total(), "requests"), FloorName: "create/execute/destroy, direct provider", Floor: count(direct.total(), "requests")},
 		{Name: "P0 per command: Temporal RPCs of client and worker, " + sessName,

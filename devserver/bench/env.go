@@ -67,10 +67,16 @@ func (e *Env) workflowID(what string) string {
 func (e *Env) startOptions(what, queue string) client.StartWorkflowOptions {
 	opts := client.StartWorkflowOptions{ID: e.workflowID(what), TaskQueue: queue, EnableEagerStart: e.EagerStart && queue == e.TaskQueue}
 	if e.SearchAttributes {
-		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
+		withSearchAttributes(&opts)
 	}
 	return opts
+}
+
+// withSearchAttributes gives a run RunCommand's search attributes, as the
+// starter does when the namespace has them.
+func withSearchAttributes(opts *client.StartWorkflowOptions) {
+	opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+		temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
 }
 
 // startRun starts RunCommand on queue.
