@@ -1,6 +1,7 @@
 package createos
 
 import (
+	"encoding/base64"
 	"net/http"
 	"testing"
 	"time"
@@ -40,11 +41,32 @@ func TestAttachReplaysFromTheStart(t *testing.T) {
 			assert.Equal(t, sandbox.Result{ProcessID: p.id, ExitCode: 2, Stdout: "one\n", Stderr: "two\n"}, res)
 			assert.Empty(t, rec.started, "Attach does not report a start")
 			assert.Len(t, rec.chunks, 2)
-			assert.Equal(t, []string{"connect", "putFile", "exec"}, f.routes(), "no process is created, none is killed")
+			assert.Equal(t, []string{"connect", "putFile", "input", "exec"}, f.routes(), "no process is created, none is killed")
 			assert.Equal(t, "0", f.requests("connect")[0].Query.Get("after"))
-			assert.Equal(t, "/workspace/.sandboxflow/"+testToken+".gate", f.requests("putFile")[0].Query.Get("path"))
+			assert.JSONEq(t, `{"data_base64":"`+base64.StdEncoding.EncodeToString([]byte(testToken+"\n"))+`"}`,
+				string(f.requests("input")[0].Body), "the gate's line")
+			assert.Equal(t, "/workspace/.sandboxflow/"+testToken+".gate", f.requests("putFile")[0].Query.Get("path"), "the legacy gate")
+			assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + testToken + ".gate", "/workspace/.sandboxflow/" + testToken + ".stdin"},
+				execArgs(t, f.requests("exec")[0]), "the legacy gate and a staged stdin are removed")
 		})
 	}
+}
+
+// A process that an earlier version of the client started and left
+// behind its gate file (its worker died before writing it) is let go by
+// Attach all the same.
+func TestAttachOpensTheLegacyGate(t *testing.T) {
+	f := newFakeServer(t)
+	lease := f.newLease()
+	p := f.newLegacyProc(lease, testToken)
+	f.program = func(p *fakeProc) { p.write("stdout", "legacy\n"); p.exit(0) }
+	c := newTestClient(t, f)
+
+	res, err := c.Attach(t.Context(), lease, sandbox.Process{ID: p.id, Token: testToken}, nil)
+
+	require.NoError(t, err)
+	assert.Equal(t, "legacy\n", res.Stdout)
+	assert.Equal(t, []string{"connect", "putFile", "input", "exec"}, f.routes())
 }
 
 func TestAttachAfterEviction(t *testing.T) {
@@ -80,7 +102,7 @@ func TestAttachPastItsDeadline(t *testing.T) {
 
 		require.NoError(t, err)
 		assert.Equal(t, sandbox.Result{ProcessID: p.id, Stdout: "done"}, res)
-		assert.Equal(t, []string{"wait", "connect", "putFile", "exec"}, f.routes())
+		assert.Equal(t, []string{"wait", "connect", "putFile", "input", "exec"}, f.routes())
 	})
 	t.Run("still running", func(t *testing.T) {
 		f := newFakeServer(t)

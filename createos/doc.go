@@ -15,12 +15,14 @@
 //
 // # How a command runs
 //
-// A command is never given to a shell as text. Execute builds a short bash
+// A command is never given to a shell as text. Execute builds a short sh
 // script in which every word of the command is single-quoted: the script
-// waits for a start-gate file, enters the working directory, exports the
-// variables and execs the command with its stdin redirected from a staged
-// file or /dev/null. The client attaches to the process's output stream
-// first and opens the gate second, so no output can be missed. The output
+// waits at a start gate (it reads the run's random token from the
+// process's stdin), enters the working directory, exports the variables
+// and execs the command with its stdin redirected from a staged file or
+// /dev/null. The client attaches to the process's output stream first and
+// opens the gate second, by writing the token, so no output can be
+// missed: three requests for a command without stdin. The output
 // is a journal of numbered frames; a lost stream is reconnected after the
 // last frame read, within a budget, and every frame is checked against the
 // contract.

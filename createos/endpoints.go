@@ -2,6 +2,7 @@ package createos
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -232,7 +233,7 @@ func (c *Client) removeFiles(ctx context.Context, leaseID string, files ...strin
 // created.
 func (c *Client) createProcess(ctx context.Context, leaseID, script, cwd string) (pid string, notCreated bool, err error) {
 	rq := request{op: "create process", method: http.MethodPost, path: sandboxPath(leaseID) + "/processes",
-		json: map[string]any{"cmd": shell, "args": []string{"-lc", script}, "cwd": cwd}}
+		json: map[string]any{"cmd": shell, "args": []string{"-c", script}, "cwd": cwd}}
 	var data struct {
 		ProcessID string `json:"process_id"`
 	}
@@ -247,14 +248,11 @@ func (c *Client) createProcess(ctx context.Context, leaseID, script, cwd string)
 	return data.ProcessID, false, nil
 }
 
-// closeStdin closes a process's standard input; already closed (409) is
-// success.
-func (c *Client) closeStdin(ctx context.Context, leaseID, pid string) error {
-	err := c.call(ctx, request{op: "close stdin", method: http.MethodPost, path: processPath(leaseID, pid) + "/stdin/close"}, nil)
-	if statusOf(err) == http.StatusConflict {
-		return nil
-	}
-	return err
+// writeInput writes data to a process's stdin. 409 — its stdin is closed,
+// or nothing reads it any more — is the caller's to judge.
+func (c *Client) writeInput(ctx context.Context, leaseID, pid string, data []byte) error {
+	return c.call(ctx, request{op: "write input", method: http.MethodPost, path: processPath(leaseID, pid) + "/input",
+		json: map[string]string{"data_base64": base64.StdEncoding.EncodeToString(data)}}, nil)
 }
 
 // connect opens a process's output stream, replaying every entry with a

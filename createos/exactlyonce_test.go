@@ -14,47 +14,50 @@ import (
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
-// A gate write whose answer is lost or a 5xx may have been stored, and the
-// command may be running: the write is repeated (it is idempotent), the
-// process is followed to its end, never killed, and the command runs once.
+// A gate write whose answer is lost or a 5xx may have been delivered, and
+// the command may be running: the write is repeated (the script reads one
+// line; past its gate, its stdin answers 409), the process is followed to
+// its end, never killed, and the command runs once.
 func TestExecuteRepeatsAnAmbiguousGateWrite(t *testing.T) {
-	for name, first := range map[string]func(f *fakeServer, w http.ResponseWriter, r *http.Request){
-		"500 after storing": func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
-			f.putFile(httptest.NewRecorder(), r)
+	for name, tc := range map[string]struct {
+		first  func(f *fakeServer, w http.ResponseWriter, r *http.Request)
+		inputs int // gate writes in all
+	}{
+		"500 after delivering": {func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
+			f.input(httptest.NewRecorder(), r)
 			fail(w, http.StatusInternalServerError)
-		},
-		"answer lost after storing": func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
-			f.putFile(httptest.NewRecorder(), r)
+		}, 2},
+		"answer lost after delivering": {func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
+			f.input(httptest.NewRecorder(), r)
 			conn, _, err := http.NewResponseController(w).Hijack()
 			require.NoError(t, err)
 			conn.Close()
-		},
-		"503 before storing": func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
+		}, 2},
+		"503 before delivering": {func(f *fakeServer, w http.ResponseWriter, r *http.Request) {
 			fail(w, http.StatusServiceUnavailable)
-		},
+		}, 2}, // the transport repeats a 503 itself
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeServer(t)
 			runs := 0
 			f.program = func(p *fakeProc) { runs++; p.write("stdout", "ok"); p.exit(0) }
-			f.on("putFile", func(w http.ResponseWriter, r *http.Request, n int) bool {
+			f.on("input", func(w http.ResponseWriter, r *http.Request, n int) bool {
 				if n == 1 {
-					first(f, w, r)
+					tc.first(f, w, r)
 					return true
 				}
 				return false
 			})
 			c := newTestClient(t, f)
-
 			res, err := c.Execute(t.Context(), f.newLease(), sandbox.Command{Argv: []string{"echo"}}, nil)
 
 			require.NoError(t, err)
 			assert.Equal(t, "ok", res.Stdout)
 			assert.Equal(t, 1, runs, "the command ran once")
 			assert.Equal(t, 1, f.count("createProcess"))
-			assert.Equal(t, 2, f.count("putFile"), "the gate was written again")
+			assert.Equal(t, tc.inputs, f.count("input"), "the gate was written again")
 			assert.Zero(t, f.count("deleteProcess"), "the process was not killed")
-			assert.Equal(t, 1, f.count("exec"), "a second gate may remain: it is removed")
+			assert.Zero(t, f.count("exec"), "no file to remove")
 		})
 	}
 }

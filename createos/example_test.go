@@ -54,9 +54,8 @@ func standInServer() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/sandboxes", ok(map[string]any{"id": "sb-1", "status": "running"}))
 	mux.Handle("POST /v1/sandboxes/sb-1/exec", ok(map[string]any{"result": map[string]any{"exit_code": 0}}))
-	mux.Handle("PUT /v1/sandboxes/sb-1/files", ok(map[string]any{}))
 	mux.Handle("POST /v1/sandboxes/sb-1/processes", ok(map[string]any{"process_id": "p-1"}))
-	mux.Handle("POST /v1/sandboxes/sb-1/processes/p-1/stdin/close", ok(map[string]any{}))
+	mux.Handle("POST /v1/sandboxes/sb-1/processes/p-1/input", ok(map[string]any{"input_seq": 1}))
 	mux.HandleFunc("GET /v1/sandboxes/sb-1/processes/p-1/connect", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"data","seq":1,"stream":"stdout","data_base64":"aGVsbG8gZnJvbSB0aGUgc2FuZGJveAo="}`+"\n")
 		io.WriteString(w, `{"type":"exit","exit_code":0}`+"\n")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"time"
 
@@ -25,8 +26,9 @@ var errTimedOut = errors.New("the command ran out of time")
 //     error, the run ends there: the process is killed before its command
 //     could start, and Execute returns that error.
 //  4. The output stream is attached, and only then is the start gate
-//     opened: the command cannot write a byte that nobody reads. Its
-//     timeout runs from there.
+//     opened (the run's token written to the process's stdin): the
+//     command cannot write a byte that nobody reads. Its timeout runs from
+//     there.
 //  5. The output is followed, through reconnects, to the exit frame, and
 //     delivered live to obs.Output.
 //
@@ -67,7 +69,8 @@ func (c *Client) Execute(ctx context.Context, lease sandbox.Lease, cmd sandbox.C
 // of its output, and returns its Result as Execute would have; it never
 // starts the command again and does not call obs.Started. It opens the
 // start gate in case the earlier caller died before it did (harmless
-// otherwise); the timeout runs to proc.Deadline. Failures, reconnects and
+// otherwise), the gate file of earlier versions' scripts included; the
+// timeout runs to proc.Deadline. Failures, reconnects and
 // cleanup are those of Execute.
 //
 // If the server no longer holds the start of the output (the first connect
@@ -95,7 +98,7 @@ func (c *Client) Attach(ctx context.Context, lease sandbox.Lease, proc sandbox.P
 	}
 	r.f.pid = proc.ID
 	r.known = true
-	r.staged = proc.Token != "" // the earlier run's gate and stdin may remain
+	r.staged = proc.Token != "" // the earlier run's stdin may remain, and the legacy gate will
 	runCtx, expire := context.WithCancelCause(ctx)
 	defer expire(nil)
 	st, err := r.attach(runCtx, proc.Deadline, expire)
@@ -121,12 +124,6 @@ type run struct {
 	known  bool
 	staged bool        // files of the run may exist in the lease
 	timer  *time.Timer // the command's timeout, once running
-	// gateOnly: the run's one file is its start gate, which the command's
-	// script removes on its way to the command (an Execute without stdin).
-	gateOnly bool
-	// gateRewritten: the gate was written more than once, so a copy may
-	// remain after the script removed the first.
-	gateRewritten bool
 }
 
 func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
@@ -152,12 +149,11 @@ func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer)
 
 // execute stages, creates and follows the command's process.
 func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.CancelCauseFunc) (exitStatus, error) {
-	r.gateOnly = len(cmd.Stdin) == 0
 	spec := scriptSpec{
-		gate: gatePath(r.workspace, r.token),
-		dir:  workingDir(r.workspace, cmd.Cwd),
-		env:  cmd.Env,
-		argv: cmd.Argv,
+		token: r.token,
+		dir:   workingDir(r.workspace, cmd.Cwd),
+		env:   cmd.Env,
+		argv:  cmd.Argv,
 	}
 	if len(cmd.Stdin) > 0 {
 		spec.stdin = stdinPath(r.workspace, r.token)
@@ -184,15 +180,6 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 		return exitStatus{}, fmt.Errorf("process %s not started: %w", pid, err)
 	}
 	r.known = true
-
-	// The command reads its stdin from a file or /dev/null; closing the
-	// process's own stdin runs beside the connect and is best effort.
-	stdinClosed := make(chan struct{})
-	go func() {
-		defer close(stdinClosed)
-		_ = r.c.closeStdin(ctx, r.leaseID, pid)
-	}()
-	defer func() { <-stdinClosed }()
 
 	r.f.onAttach = func(ctx context.Context) error {
 		// The timeout runs from the first gate write: from then on the
@@ -226,7 +213,12 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 		}
 	}
 	if r.token != "" {
-		r.f.onAttach = r.openGate
+		r.f.onAttach = func(ctx context.Context) error {
+			// Best effort: a script of this version does not look at it,
+			// and cleanup removes it.
+			_ = r.c.putFile(ctx, r.leaseID, legacyGatePath(r.workspace, r.token), nil)
+			return r.openGate(ctx)
+		}
 	}
 	st, err := r.f.follow(ctx)
 	var evicted *sandbox.OutputEvictedError
@@ -242,25 +234,27 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 	return st, err
 }
 
-// openGate lets the command's script go on: it waits for this file.
+// openGate lets the command's script go on: it waits for its token on its
+// stdin.
 //
-// Writing the empty gate file is idempotent, and a write whose outcome is
-// unknown (5xx, 429, no answer) may have been stored: the command may be
-// running already. So such a write is repeated, after the reconnect
-// delay, until it is answered, or refused for good (another 4xx: nothing
-// was stored, and the command never ran), or ctx ends — the command's
-// timeout included, whose Result then says TimedOut. An ambiguous gate
-// write is never a reason to kill the process and run the command again.
+// A gate write whose outcome is unknown (5xx, 429, no answer) may have
+// been delivered: the command may be running already. So such a write is
+// repeated, after the reconnect delay, until it is answered, or refused
+// for good (another 4xx: nothing was written, and the command never ran),
+// or ctx ends — the command's timeout included, whose Result then says
+// TimedOut. Writing the token again is harmless: the script reads one
+// line, and a script gone past its gate no longer reads its stdin, which
+// the server answers 409 — the gate is open. An ambiguous gate write is
+// never a reason to kill the process and run the command again.
 func (r *run) openGate(ctx context.Context) error {
-	r.staged = true
 	for {
-		err := r.c.putFile(ctx, r.leaseID, gatePath(r.workspace, r.token), nil)
+		err := r.c.writeInput(ctx, r.leaseID, r.f.pid, gateLine(r.token))
+		if statusOf(err) == http.StatusConflict {
+			return nil
+		}
 		if err == nil || !outcomeUnknown(err) || ctx.Err() != nil {
 			return err
 		}
-		// A second write may leave a gate that nobody removes: cleanup
-		// must remove it.
-		r.gateRewritten = true
 		if err := sleep(ctx, r.c.reconnectDelay); err != nil {
 			return fmt.Errorf("open the start gate: %w", err)
 		}
@@ -288,11 +282,6 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 	switch {
 	case completed:
 		res = r.f.result(st)
-		if st.signal == "" && r.gateOnly && !r.gateRewritten {
-			// The command exited by itself, so its script went through the
-			// gate and removed it: the run left no file to remove.
-			r.staged = false
-		}
 	case r.f.pid == "" && r.creationUnconfirmed:
 		err = &sandbox.CleanupError{Reason: sandbox.CreationUnconfirmed, LeaseID: r.leaseID, Err: err}
 	case r.f.pid != "" && r.known && errors.Is(context.Cause(ctx), sandbox.ErrDetached):
@@ -327,7 +316,7 @@ func (r *run) cleanup(ctx context.Context, completed bool, first error) error {
 	var gone *sandbox.LeaseGoneError
 	if r.staged && r.token != "" && !errors.As(first, &gone) {
 		rctx, cancel := r.freshContext(ctx)
-		_ = r.c.removeFiles(rctx, r.leaseID, gatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
+		_ = r.c.removeFiles(rctx, r.leaseID, legacyGatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
 		cancel()
 	}
 	return first

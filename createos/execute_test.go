@@ -2,12 +2,12 @@ package createos
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +33,15 @@ import (
 //	pacing                                    TestPacingSpacesConcurrentRequests,
 //	                                          TestPacingAbortedWaiterDoesNotBlockTheNext
 
-// without drops a route from a list of routes.
-func without(routes []string, drop string) []string {
-	return slices.DeleteFunc(slices.Clone(routes), func(r string) bool { return r == drop })
+// execArgs returns the args of a one-shot exec request.
+func execArgs(t *testing.T, rq fakeRequest) []string {
+	t.Helper()
+	var body struct {
+		Cmd  string   `json:"cmd"`
+		Args []string `json:"args"`
+	}
+	require.NoError(t, json.Unmarshal(rq.Body, &body))
+	return append([]string{}, body.Args...)
 }
 
 // assertKilled checks that the process was killed once, with a grace.
@@ -79,40 +85,32 @@ func TestExecuteRunsCommand(t *testing.T) {
 		{Seq: 2, Stream: sandbox.Stderr, Text: "warn\n", Bytes: 5},
 	}, rec.chunks)
 
-	// Stdin staged, process created, stream attached, gate opened, files
-	// removed; stdin closed beside the connect; nothing killed.
-	assert.Equal(t, []string{"putFile", "createProcess", "connect", "putFile", "exec"}, without(f.routes(), "closeStdin"))
-	assert.Equal(t, 1, f.count("closeStdin"))
+	// Stdin staged, process created, stream attached, gate opened (the
+	// token's line on the process's stdin), the staged stdin removed;
+	// nothing killed.
+	assert.Equal(t, []string{"putFile", "createProcess", "connect", "input", "exec"}, f.routes())
 	puts := f.requests("putFile")
 	stdinFile := "/workspace/.sandboxflow/" + proc.Token + ".stdin"
-	gateFile := "/workspace/.sandboxflow/" + proc.Token + ".gate"
 	assert.Equal(t, stdinFile, puts[0].Query.Get("path"))
 	assert.Equal(t, "input", string(puts[0].Body))
-	assert.Equal(t, gateFile, puts[1].Query.Get("path"))
-	assert.Empty(t, puts[1].Body)
+	assert.JSONEq(t, `{"data_base64":"`+base64.StdEncoding.EncodeToString([]byte(proc.Token+"\n"))+`"}`, string(f.requests("input")[0].Body))
 	assert.Equal(t, "0", f.requests("connect")[0].Query.Get("after"))
 
 	var create map[string]any
 	require.NoError(t, json.Unmarshal(f.requests("createProcess")[0].Body, &create))
 	assert.NotContains(t, create, "env", "API-level env is never sent")
-	assert.Equal(t, "/bin/bash", create["cmd"])
+	assert.Equal(t, "/bin/sh", create["cmd"])
 	assert.Equal(t, "/workspace", create["cwd"])
 	args := create["args"].([]any)
 	require.Len(t, args, 2)
-	assert.Equal(t, "-lc", args[0])
+	assert.Equal(t, "-c", args[0])
 	script := args[1].(string)
-	assert.Contains(t, script, "gate='"+gateFile+"'\n")
+	assert.Contains(t, script, `IFS= read -r gate && [ "$gate" = '`+proc.Token+"' ] || ")
 	assert.Contains(t, script, "cd -- '/workspace/src' || exit 1\n")
 	assert.Contains(t, script, `export GREETING='it'\''s $HOME'`+"\n")
-	assert.Contains(t, script, "exec -- 'cat' '-' < '"+stdinFile+"'\n")
+	assert.Contains(t, script, "exec 'cat' '-' < '"+stdinFile+"'\n")
 
-	var rm struct {
-		Cmd  string   `json:"cmd"`
-		Args []string `json:"args"`
-	}
-	require.NoError(t, json.Unmarshal(f.requests("exec")[0].Body, &rm))
-	assert.Equal(t, "rm", rm.Cmd)
-	assert.Equal(t, []string{"-f", "--", gateFile, stdinFile}, rm.Args)
+	assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + proc.Token + ".gate", stdinFile}, execArgs(t, f.requests("exec")[0]))
 	_, left := f.file(lease.ID, stdinFile)
 	assert.False(t, left, "the staged stdin is removed")
 }
@@ -125,12 +123,11 @@ func TestExecuteWithoutStdinReadsDevNull(t *testing.T) {
 
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.Result{ProcessID: "p-2"}, res)
-	// The script removed its gate on its way to the command: no file is
-	// left, and no rm is sent.
-	assert.Equal(t, []string{"createProcess", "connect", "putFile"}, without(f.routes(), "closeStdin"))
+	// Three requests, and no file staged: none to remove.
+	assert.Equal(t, []string{"createProcess", "connect", "input"}, f.routes())
 	var create struct{ Args []string }
 	require.NoError(t, json.Unmarshal(f.requests("createProcess")[0].Body, &create))
-	assert.Contains(t, create.Args[1], "exec -- 'true' < '/dev/null'\n")
+	assert.Contains(t, create.Args[1], "exec 'true' < '/dev/null'\n")
 }
 
 func TestExecuteRejectsInvalidInputBeforeAnyRequest(t *testing.T) {
@@ -223,8 +220,8 @@ func TestExecuteConnectionExhausted(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, api.Status)
 	assert.True(t, sandbox.Retryable(err), "the process was killed: a retry is safe")
 	assertKilled(t, f, "p-2")
-	assert.Equal(t, []string{"createProcess", "connect", "connect", "connect", "connect", "deleteProcess"}, without(f.routes(), "closeStdin"),
-		"the gate never opened, so no file is left to remove")
+	assert.Equal(t, []string{"createProcess", "connect", "connect", "connect", "connect", "deleteProcess"}, f.routes(),
+		"the gate never opened")
 }
 
 func TestExecuteReconnectsInsideACharacter(t *testing.T) {
@@ -255,7 +252,7 @@ func TestExecuteReconnectsInsideACharacter(t *testing.T) {
 	assert.Equal(t, "0", connects[0].Query.Get("after"))
 	assert.Equal(t, "1", connects[1].Query.Get("after"))
 	assert.Equal(t, 1, f.count("createProcess"))
-	assert.Equal(t, 1, f.count("putFile"), "the gate opens once")
+	assert.Equal(t, 1, f.count("input"), "the gate opens once")
 	assert.Zero(t, f.count("deleteProcess"))
 }
 
@@ -313,7 +310,7 @@ func TestExecuteOutputEvicted(t *testing.T) {
 			assert.Equal(t, sandbox.OutputEvictedError{ProcessID: "p-2", After: 1}, *evicted)
 			assert.False(t, sandbox.Retryable(err))
 			assertKilled(t, f, "p-2")
-			assert.Equal(t, []string{"createProcess", "connect", "putFile", "connect", "deleteProcess", "exec"}, without(f.routes(), "closeStdin"))
+			assert.Equal(t, []string{"createProcess", "connect", "input", "connect", "deleteProcess"}, f.routes())
 		})
 	}
 }
@@ -352,7 +349,7 @@ func TestExecuteProtocolBreaches(t *testing.T) {
 			assert.False(t, sandbox.Retryable(err))
 			assert.Less(t, len(err.Error()), 200, "error text never quotes a frame")
 			assertKilled(t, f, "p-2")
-			assert.Equal(t, []string{"createProcess", "connect", "putFile", "deleteProcess", "exec"}, without(f.routes(), "closeStdin"),
+			assert.Equal(t, []string{"createProcess", "connect", "input", "deleteProcess"}, f.routes(),
 				"a breach is not retried")
 		})
 	}
@@ -377,7 +374,7 @@ func TestExecuteTimeoutKeepsPartialOutput(t *testing.T) {
 	assert.Equal(t, sandbox.Result{ProcessID: "p-2", TimedOut: true, Stdout: "partial\n"}, res)
 	assert.Equal(t, 124, res.ShellExitCode())
 	assertKilled(t, f, "p-2")
-	assert.Equal(t, []string{"createProcess", "connect", "putFile", "deleteProcess", "exec"}, without(f.routes(), "closeStdin"))
+	assert.Equal(t, []string{"createProcess", "connect", "input", "deleteProcess"}, f.routes())
 }
 
 func TestExecuteCancelled(t *testing.T) {
@@ -393,7 +390,7 @@ func TestExecuteCancelled(t *testing.T) {
 	assert.Contains(t, err.Error(), "cancelled")
 	assert.Empty(t, sandbox.ErrorType(err))
 	assertKilled(t, f, "p-2") // with a fresh deadline: ctx had ended
-	assert.Equal(t, []string{"createProcess", "connect", "putFile", "deleteProcess", "exec"}, without(f.routes(), "closeStdin"))
+	assert.Equal(t, []string{"createProcess", "connect", "input", "deleteProcess"}, f.routes())
 }
 
 func TestExecuteDetachedLeavesTheProcessForAttach(t *testing.T) {
@@ -408,7 +405,7 @@ func TestExecuteDetachedLeavesTheProcessForAttach(t *testing.T) {
 
 	require.ErrorIs(t, err, sandbox.ErrDetached)
 	assert.Empty(t, sandbox.ErrorType(err))
-	assert.Equal(t, []string{"createProcess", "connect", "putFile"}, without(f.routes(), "closeStdin"),
+	assert.Equal(t, []string{"createProcess", "connect", "input"}, f.routes(),
 		"neither killed nor its files removed")
 
 	// A later Attach (another worker) follows the same process to its end.
@@ -700,11 +697,11 @@ func TestExecuteProcessNotFound(t *testing.T) {
 	}
 }
 
-// A 403 on connect, or on the start gate's upload (which then stored
+// A 403 on connect, or on the start gate's write (which then wrote
 // nothing: the process is still behind its gate), is fatal and not
 // repeated: the process is killed.
 func TestExecuteForbiddenIsFatal(t *testing.T) {
-	for _, route := range []string{"connect", "putFile"} {
+	for _, route := range []string{"connect", "input"} {
 		t.Run(route, func(t *testing.T) {
 			f := newFakeServer(t)
 			f.on(route, func(w http.ResponseWriter, r *http.Request, n int) bool {
@@ -776,9 +773,8 @@ func TestExecuteSignalExit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "SIGSEGV", res.Signal)
 	assert.Equal(t, 139, res.ShellExitCode())
-	// A signal may have struck before the script went through its gate:
-	// the gate is removed.
-	assert.Equal(t, []string{"createProcess", "connect", "putFile", "exec"}, without(f.routes(), "closeStdin"))
+	// No file was staged: there is none to remove.
+	assert.Equal(t, []string{"createProcess", "connect", "input"}, f.routes())
 }
 
 func TestExecuteRetryableTypedErrors(t *testing.T) {

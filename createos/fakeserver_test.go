@@ -22,8 +22,10 @@ import (
 // fakeServer is a CreateOS server for tests. By default it implements the
 // protocol's semantics in memory: sandboxes, files, one-shot exec, and
 // managed processes whose output journal is streamed as NDJSON. A process
-// "runs" when its start gate is written: the server then calls program,
-// which writes output and exits (or not) through the *fakeProc.
+// "runs" when its start gate opens — its token's line is written to its
+// stdin, or, for a script of an earlier version (newLegacyProc), its gate
+// file is written: the server then calls program, which writes output and
+// exits (or not) through the *fakeProc.
 //
 // Each test scripts what it needs on top with hooks (see on) and checks
 // afterwards what the client asked (see requests, routes).
@@ -85,7 +87,7 @@ type fakeProc struct {
 		Args     []string
 	}
 	started        bool
-	stdinClosed    bool
+	input          []byte   // written to its stdin before it passed its gate
 	journal        []string // data frames; seq = index + 1
 	evictedThrough int64    // seqs up to this one are gone from the journal
 	exitCode       *int
@@ -121,7 +123,7 @@ func newFakeServer(t testing.TB) *fakeServer {
 		{"POST /v1/sandboxes/{sb}/exec", "exec", f.exec},
 		{"PUT /v1/sandboxes/{sb}/files", "putFile", f.putFile},
 		{"POST /v1/sandboxes/{sb}/processes", "createProcess", f.createProcess},
-		{"POST /v1/sandboxes/{sb}/processes/{pid}/stdin/close", "closeStdin", f.closeStdin},
+		{"POST /v1/sandboxes/{sb}/processes/{pid}/input", "input", f.input},
 		{"GET /v1/sandboxes/{sb}/processes/{pid}/connect", "connect", f.connect},
 		{"GET /v1/sandboxes/{sb}/processes/{pid}/wait", "wait", f.wait},
 		{"DELETE /v1/sandboxes/{sb}/processes/{pid}", "deleteProcess", f.deleteProcess},
@@ -206,8 +208,22 @@ func (f *fakeServer) newProc(lease sandbox.Lease, token string, started bool) *f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.addProcLocked(f.sandboxes[lease.ID], started)
-	spec := scriptSpec{gate: gatePath(lease.Workspace, token), dir: lease.Workspace, argv: []string{"true"}}
-	p.body.Cmd, p.body.Cwd, p.body.Args = shell, lease.Workspace, []string{"-lc", spec.build()}
+	spec := scriptSpec{token: token, dir: lease.Workspace, argv: []string{"true"}}
+	p.body.Cmd, p.body.Cwd, p.body.Args = shell, lease.Workspace, []string{"-c", spec.build()}
+	return p
+}
+
+// newLegacyProc puts in place a process that an earlier version of the
+// client started and left behind its gate: a bash script that polls for
+// its gate file.
+func (f *fakeServer) newLegacyProc(lease sandbox.Lease, token string) *fakeProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.addProcLocked(f.sandboxes[lease.ID], false)
+	script := "gate=" + shellQuote(legacyGatePath(lease.Workspace, token)) + "\n" +
+		"while [ ! -e \"$gate\" ]; do sleep 0.02; done\nrm -f -- \"$gate\"\n" +
+		"cd -- " + shellQuote(lease.Workspace) + " || exit 1\nexec -- 'true' < '/dev/null'\n"
+	p.body.Cmd, p.body.Cwd, p.body.Args = "/bin/bash", lease.Workspace, []string{"-lc", script}
 	return p
 }
 
@@ -431,20 +447,28 @@ func (f *fakeServer) putFile(w http.ResponseWriter, r *http.Request) {
 		for _, p := range sb.procs {
 			if !p.started && strings.Contains(p.script(), "gate="+shellQuote(name)+"\n") {
 				p.started, gated = true, p
-				delete(sb.files, name) // the script removes its gate
+				delete(sb.files, name) // the legacy script removes its gate
 			}
 		}
 	}
+	f.mu.Unlock()
+	f.run(gated)
+	writeData(w, map[string]any{})
+}
+
+// run runs the program of a process whose gate just opened, if any.
+func (f *fakeServer) run(gated *fakeProc) {
+	if gated == nil {
+		return
+	}
+	f.mu.Lock()
 	program := f.program
 	f.mu.Unlock()
-	if gated != nil {
-		if program == nil {
-			gated.exit(0)
-		} else {
-			program(gated)
-		}
+	if program == nil {
+		gated.exit(0)
+	} else {
+		program(gated)
 	}
-	writeData(w, map[string]any{})
 }
 
 func (f *fakeServer) createProcess(w http.ResponseWriter, r *http.Request) {
@@ -476,19 +500,41 @@ func (f *fakeServer) proc(w http.ResponseWriter, r *http.Request) *fakeProc {
 	return nil
 }
 
-func (f *fakeServer) closeStdin(w http.ResponseWriter, r *http.Request) {
+// input writes to a process's stdin, where its script waits for its
+// token's line: the line opens the gate and runs the program. Once the
+// script went past its gate (or the process ended), nothing reads the
+// stdin any more: 409, as sandboxd answers.
+func (f *fakeServer) input(w http.ResponseWriter, r *http.Request) {
 	p := f.proc(w, r)
 	if p == nil {
 		return
 	}
+	var body struct {
+		DataBase64 string `json:"data_base64"`
+	}
+	data, err := []byte(nil), json.NewDecoder(r.Body).Decode(&body)
+	if err == nil {
+		data, err = base64.StdEncoding.DecodeString(body.DataBase64)
+	}
+	if err != nil {
+		fail(w, http.StatusBadRequest)
+		return
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if p.stdinClosed {
+	if p.started || p.exited() {
+		f.mu.Unlock()
 		fail(w, http.StatusConflict)
 		return
 	}
-	p.stdinClosed = true
-	writeData(w, map[string]any{})
+	p.input = append(p.input, data...)
+	line, _, complete := strings.Cut(string(p.input), "\n")
+	var gated *fakeProc
+	if complete && strings.Contains(p.script(), `"$gate" = `+shellQuote(line)+" ]") {
+		p.started, gated = true, p
+	}
+	f.mu.Unlock()
+	f.run(gated)
+	writeData(w, map[string]any{"input_seq": 1})
 }
 
 func (f *fakeServer) connect(w http.ResponseWriter, r *http.Request) {

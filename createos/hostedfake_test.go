@@ -41,7 +41,7 @@ import (
 //   - a file's parent directory must exist (exec mkdir -p makes it);
 //   - wait answers the current process at its timeout, not 408.
 //
-// Processes run a program when their start gate is written, as in
+// Processes run a program when their start gate opens, as in
 // fakeServer.
 type hostedFake struct {
 	t   testing.TB
@@ -98,7 +98,7 @@ type hostedProc struct {
 	id      string
 	script  string
 	started bool
-	stdin   bool // closed
+	stdin   []byte // written to it before it passed its gate
 	journal []string
 	exit    *int
 	signal  string
@@ -108,20 +108,20 @@ type hostedProc struct {
 func newHostedFake(t testing.TB) *hostedFake {
 	f := &hostedFake{t: t, mux: http.NewServeMux(), pageLimit: 2}
 	for pattern, h := range map[string]http.HandlerFunc{
-		"POST /v1/sandboxes":                                  f.create,
-		"GET /v1/sandboxes":                                   f.list,
-		"GET /v1/sandboxes/{sb}":                              f.get,
-		"DELETE /v1/sandboxes/{sb}":                           f.destroy,
-		"POST /v1/sandboxes/{sb}/exec":                        f.exec,
-		"PUT /v1/sandboxes/{sb}/files":                        f.putFile,
-		"POST /v1/sandboxes/{sb}/processes":                   f.createProcess,
-		"POST /v1/sandboxes/{sb}/processes/{pid}/stdin/close": f.closeStdin,
-		"GET /v1/sandboxes/{sb}/processes/{pid}/connect":      f.connect,
-		"GET /v1/sandboxes/{sb}/processes/{pid}/wait":         f.wait,
-		"DELETE /v1/sandboxes/{sb}/processes/{pid}":           f.killProcess,
-		"POST /v1/sandboxes/{sb}/{verb}":                      f.lifecycle,
-		"POST /v1/sandboxes/{sb}/fork":                        f.fork,
-		"PUT /v1/sandboxes/{sb}/egress":                       f.setEgress,
+		"POST /v1/sandboxes":                             f.create,
+		"GET /v1/sandboxes":                              f.list,
+		"GET /v1/sandboxes/{sb}":                         f.get,
+		"DELETE /v1/sandboxes/{sb}":                      f.destroy,
+		"POST /v1/sandboxes/{sb}/exec":                   f.exec,
+		"PUT /v1/sandboxes/{sb}/files":                   f.putFile,
+		"POST /v1/sandboxes/{sb}/processes":              f.createProcess,
+		"POST /v1/sandboxes/{sb}/processes/{pid}/input":  f.input,
+		"GET /v1/sandboxes/{sb}/processes/{pid}/connect": f.connect,
+		"GET /v1/sandboxes/{sb}/processes/{pid}/wait":    f.wait,
+		"DELETE /v1/sandboxes/{sb}/processes/{pid}":      f.killProcess,
+		"POST /v1/sandboxes/{sb}/{verb}":                 f.lifecycle,
+		"POST /v1/sandboxes/{sb}/fork":                   f.fork,
+		"PUT /v1/sandboxes/{sb}/egress":                  f.setEgress,
 	} {
 		f.mux.HandleFunc(pattern, h)
 	}
@@ -429,23 +429,7 @@ func (f *hostedFake) putFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.files[name] = body
-	var gated *hostedProc
-	for _, p := range sb.procs {
-		if !p.started && strings.HasSuffix(name, ".gate") && strings.Contains(p.script, "gate="+shellQuote(name)+"\n") {
-			p.started, gated = true, p
-			delete(sb.files, name)
-		}
-	}
-	program := f.program
 	f.mu.Unlock()
-	if gated != nil {
-		if program == nil {
-			gated.write("stdout", "hosted\n")
-			gated.exitWith(0)
-		} else {
-			program(gated)
-		}
-	}
 	hostedData(w, map[string]any{"bytes": len(body), "path": name})
 }
 
@@ -534,15 +518,46 @@ func (p *hostedProc) changedLocked() {
 	p.changed = make(chan struct{})
 }
 
-func (f *hostedFake) closeStdin(w http.ResponseWriter, r *http.Request) {
+// input writes to a process's stdin, where its script waits for its
+// token's line: the line opens the gate and runs the program. Once the
+// script went past its gate, nothing reads the stdin any more: 409.
+func (f *hostedFake) input(w http.ResponseWriter, r *http.Request) {
 	p := f.proc(w, r)
 	if p == nil {
 		return
 	}
+	var body struct {
+		DataBase64 string `json:"data_base64"`
+	}
+	data, err := []byte(nil), json.NewDecoder(r.Body).Decode(&body)
+	if err == nil {
+		data, err = base64.StdEncoding.DecodeString(body.DataBase64)
+	}
+	if err != nil {
+		hostedFail(w, http.StatusBadRequest, "INVALID_BODY")
+		return
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	p.stdin = true
-	hostedData(w, map[string]any{"ok": true})
+	if p.started || p.ended() {
+		f.mu.Unlock()
+		hostedFail(w, http.StatusConflict, "STDIN_CLOSED")
+		return
+	}
+	p.stdin = append(p.stdin, data...)
+	line, _, complete := strings.Cut(string(p.stdin), "\n")
+	open := complete && strings.Contains(p.script, `"$gate" = `+shellQuote(line)+" ]")
+	p.started = open
+	program := f.program
+	f.mu.Unlock()
+	if open {
+		if program == nil {
+			p.write("stdout", "hosted\n")
+			p.exitWith(0)
+		} else {
+			program(p)
+		}
+	}
+	hostedData(w, map[string]any{"input_seq": 1})
 }
 
 func (f *hostedFake) connect(w http.ResponseWriter, r *http.Request) {
@@ -971,7 +986,7 @@ func TestHostedStagingDirectoryOfALeaseCreatedElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ok\n", res.Stdout)
 	puts := f.requests(http.MethodPut, "/sandboxes/"+sb.id+"/files")
-	require.Len(t, puts, 3, "the stdin twice (refused, then sent), the gate once")
+	require.Len(t, puts, 2, "the stdin twice (refused, then sent)")
 	assert.Equal(t, puts[0].Query["path"], puts[1].Query["path"])
 	execs := f.requests(http.MethodPost, "/sandboxes/"+sb.id+"/exec")
 	require.NotEmpty(t, execs)

@@ -3,20 +3,27 @@ package createos
 import (
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 )
 
-// The process the server starts for a command is `/bin/bash -lc SCRIPT`.
-// SCRIPT waits for a start-gate file, so that the command runs only once
-// its output stream is attached and none of its output can be missed, then
+// The process the server starts for a command is `/bin/sh -c SCRIPT`.
+// SCRIPT waits at a start gate, so that the command runs only once its
+// output stream is attached and none of its output can be missed, then
 // enters the working directory, sets the variables and execs the command:
 //
-//	gate='/workspace/.sandboxflow/TOKEN.gate'
-//	while [ ! -e "$gate" ]; do sleep 0.02; done
-//	rm -f -- "$gate"
+//	IFS= read -r gate && [ "$gate" = 'TOKEN' ] || { echo '…' >&2; exit 125; }
 //	cd -- '/workspace/src' || exit 1
 //	export NAME='value'
-//	exec -- 'program' 'arg 1' 'it'\''s' < '/workspace/.sandboxflow/TOKEN.stdin'
+//	exec 'program' 'arg 1' 'it'\''s' < '/workspace/.sandboxflow/TOKEN.stdin'
+//
+// The gate is the process's own stdin, a pipe that the server holds open:
+// the shell blocks reading it, without polling, until the client writes
+// the run's token and a newline to it (POST …/input) once the stream is
+// attached. A process whose stdin ends without the token never runs the
+// command: an orphan whose creation was never confirmed waits there until
+// its lease is destroyed. The token is random, so a line written to
+// another process's stdin cannot open this one.
 //
 // Every word that comes from the caller is single-quoted, so the shell
 // expands nothing in it: quotes, spaces, $, backticks and newlines arrive
@@ -24,22 +31,32 @@ import (
 // through env(1), whose arguments would make a program name containing
 // '=' ambiguous. The API's own env field is never used: the hosted service
 // rejects variables not declared when the sandbox was created.
-const shell = "/bin/bash"
+//
+// The shell is plain sh, not a login shell: a login shell's profile costs
+// more than the command `true` itself (about 17 ms against 2 ms on the
+// local server), and every image has /bin/sh, not every one bash. A
+// command that needs a login environment (a PATH set by a profile, say)
+// asks for it: `bash -lc '…'`.
+const shell = "/bin/sh"
 
 // scriptSpec is what a command's script needs. Paths are absolute.
 type scriptSpec struct {
-	gate  string
+	token string // the line that opens the gate
 	dir   string
 	env   map[string]string // names are valid (Command.Validate)
 	argv  []string
 	stdin string // the staged stdin file, or "" for none (/dev/null)
 }
 
+// gateClosedStatus is the exit status of a script whose stdin ended
+// without its token: the command did not run.
+const gateClosedStatus = 125
+
 func (s scriptSpec) build() string {
 	var b strings.Builder
-	b.WriteString("gate=" + shellQuote(s.gate) + "\n")
-	b.WriteString("while [ ! -e \"$gate\" ]; do sleep 0.02; done\n")
-	b.WriteString("rm -f -- \"$gate\"\n")
+	b.WriteString("IFS= read -r gate && [ \"$gate\" = " + shellQuote(s.token) + " ] || " +
+		"{ echo 'sandboxflow: the start gate closed without opening; the command did not run' >&2; exit " +
+		strconv.Itoa(gateClosedStatus) + "; }\n")
 	b.WriteString("cd -- " + shellQuote(s.dir) + " || exit 1\n")
 	names := make([]string, 0, len(s.env))
 	for name := range s.env {
@@ -49,9 +66,18 @@ func (s scriptSpec) build() string {
 	for _, name := range names {
 		b.WriteString("export " + name + "=" + shellQuote(s.env[name]) + "\n")
 	}
-	b.WriteString("exec --")
-	for _, arg := range s.argv {
-		b.WriteString(" " + shellQuote(arg))
+	// The shells disagree on `exec --` (dash runs a program named "--") and
+	// on `exec -name` (bash takes it for options): a program whose name
+	// begins with '-' runs as a child of the shell instead, which exits
+	// with its status.
+	if !strings.HasPrefix(s.argv[0], "-") {
+		b.WriteString("exec ")
+	}
+	for i, arg := range s.argv {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(shellQuote(arg))
 	}
 	stdin := "/dev/null"
 	if s.stdin != "" {
@@ -60,6 +86,9 @@ func (s scriptSpec) build() string {
 	b.WriteString(" < " + shellQuote(stdin) + "\n")
 	return b.String()
 }
+
+// gateLine is what opens the gate of the script with this token.
+func gateLine(token string) []byte { return []byte(token + "\n") }
 
 // shellQuote makes s one shell word that the shell takes literally. Inside
 // single quotes nothing is special but the single quote itself, which is
@@ -70,17 +99,22 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// stagingDir is where a lease's per-command files live: start gates and
-// staged stdin.
+// stagingDir is where a lease's per-command files live: staged stdin (and
+// the start-gate files of earlier versions, see legacyGatePath).
 func stagingDir(workspace string) string { return path.Join(workspace, ".sandboxflow") }
 
-// gatePath and stdinPath name the files of the command with this token.
-func gatePath(workspace, token string) string {
-	return path.Join(stagingDir(workspace), token+".gate")
-}
-
+// stdinPath names the staged stdin of the command with this token.
 func stdinPath(workspace, token string) string {
 	return path.Join(stagingDir(workspace), token+".stdin")
+}
+
+// legacyGatePath is the start-gate file that the scripts of earlier
+// versions of this client (`/bin/bash -lc`) polled for. Attach writes it
+// too, so that a process started by an earlier version and left behind its
+// gate — its worker died before opening it, and a new one took over — is
+// not stuck there.
+func legacyGatePath(workspace, token string) string {
+	return path.Join(stagingDir(workspace), token+".gate")
 }
 
 // workingDir resolves a command's cwd: relative to the workspace, which is

@@ -3,6 +3,7 @@ package createos
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,34 +16,44 @@ import (
 )
 
 // runScript runs a command's script as the server would, with the real
-// /bin/bash, in a temporary workspace, and opens its gate once it runs.
+// /bin/sh, in a temporary workspace, and opens its gate once it runs.
 func runScript(t *testing.T, workspace string, spec scriptSpec) (stdout string, exitCode int) {
+	t.Helper()
+	return runGated(t, workspace, spec, func(stdin io.WriteCloser) {
+		_, err := stdin.Write(gateLine("TOKEN")) // the client opens the gate
+		require.NoError(t, err)
+	})
+}
+
+// runGated runs the script with a pipe for its stdin, which gate writes
+// to; the pipe stays open until the script exits, as the server's does.
+func runGated(t *testing.T, workspace string, spec scriptSpec, gate func(stdin io.WriteCloser)) (stdout string, exitCode int) {
 	t.Helper()
 	if _, err := os.Stat(shell); err != nil {
 		t.Skip("no " + shell)
 	}
-	require.NoError(t, os.MkdirAll(stagingDir(workspace), 0o755))
-	spec.gate = gatePath(workspace, "TOKEN")
+	spec.token = "TOKEN"
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, shell, "-lc", spec.build())
+	cmd := exec.CommandContext(ctx, shell, "-c", spec.build())
 	cmd.Dir = workspace
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	require.NoError(t, os.WriteFile(spec.gate, nil, 0o644)) // the client opens the gate
-	err := cmd.Wait()
+	gate(stdin)
+	err = cmd.Wait()
+	stdin.Close()
 	var exit *exec.ExitError
 	if err != nil {
 		require.ErrorAs(t, err, &exit, out.String())
 		exitCode = exit.ExitCode()
 	}
-	_, statErr := os.Stat(spec.gate)
-	assert.True(t, os.IsNotExist(statErr), "the script removes its gate")
 	return out.String(), exitCode
 }
 
-func TestScriptQuotingWithRealBash(t *testing.T) {
+func TestScriptQuotingWithRealShell(t *testing.T) {
 	workspace := filepath.Join(t.TempDir(), "work space")
 	require.NoError(t, os.MkdirAll(filepath.Join(workspace, "sub dir"), 0o755))
 	stdinFile := stdinPath(workspace, "TOKEN")
@@ -58,7 +69,7 @@ func TestScriptQuotingWithRealBash(t *testing.T) {
 	out, code := runScript(t, workspace, scriptSpec{
 		dir:   workingDir(workspace, "sub dir"),
 		env:   map[string]string{"V1": value, "_EMPTY": ""},
-		argv:  append([]string{"/bin/bash", "-c", report, "argv0"}, args...),
+		argv:  append([]string{"/bin/sh", "-c", report, "argv0"}, args...),
 		stdin: stdinFile,
 	})
 
@@ -83,6 +94,12 @@ func TestScriptProgramNames(t *testing.T) {
 		assert.Equal(t, "ran arg\n", out, name)
 		assert.Equal(t, 4, code, name)
 	}
+	// A bare name that begins with '-', found on PATH: no shell's exec
+	// takes it (see build).
+	out, code := runScript(t, workspace, scriptSpec{dir: workspace, env: map[string]string{"PATH": workspace + ":/usr/bin:/bin"},
+		argv: []string{"-dash", "arg"}})
+	assert.Equal(t, "ran arg\n", out)
+	assert.Equal(t, 4, code)
 	if _, err := os.Stat("/bin/echo"); err == nil { // env(1) would take this for an assignment
 		out, code := runScript(t, workspace, scriptSpec{dir: workspace, env: map[string]string{"A": "1"}, argv: []string{"/bin/echo", "B=2"}})
 		assert.Equal(t, "B=2\n", out)
@@ -103,6 +120,34 @@ func TestScriptFailures(t *testing.T) {
 	out, code = runScript(t, workspace, scriptSpec{dir: workspace, argv: []string{"cat"}})
 	assert.Zero(t, code)
 	assert.Empty(t, out, "without stdin the command reads /dev/null")
+}
+
+// The command runs only after the token's line: a stdin that ends
+// without it, or brings another line, ends the script before the
+// command, with gateClosedStatus.
+func TestScriptGate(t *testing.T) {
+	workspace := t.TempDir()
+	spec := scriptSpec{dir: workspace, argv: []string{"touch", "ran"}}
+	for name, gate := range map[string]func(io.WriteCloser){
+		"stdin ends":   func(stdin io.WriteCloser) { stdin.Close() },
+		"another line": func(stdin io.WriteCloser) { io.WriteString(stdin, "TOKEN2\n") },
+		"no newline":   func(stdin io.WriteCloser) { io.WriteString(stdin, "TOKEN"); stdin.Close() },
+		"a prefix":     func(stdin io.WriteCloser) { io.WriteString(stdin, "TOK\nTOKEN\n") },
+	} {
+		out, code := runGated(t, workspace, spec, gate)
+		assert.Equal(t, gateClosedStatus, code, name)
+		assert.Contains(t, out, "the command did not run", name)
+		assert.NoFileExists(t, filepath.Join(workspace, "ran"), name)
+	}
+
+	// The token twice (a repeated gate write) runs the command once, which
+	// reads /dev/null, not the second line.
+	spec.argv = []string{"cat"}
+	out, code := runGated(t, workspace, spec, func(stdin io.WriteCloser) {
+		io.WriteString(stdin, "TOKEN\nTOKEN\n")
+	})
+	assert.Zero(t, code)
+	assert.Empty(t, out)
 }
 
 func TestShellQuote(t *testing.T) {

@@ -310,10 +310,12 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	// stop the stack under it.
 	stopSignals()
 	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: isTerminal(os.Stderr)}
-	// The stack's options: with --encrypt, the starter encrypts the command
-	// and decrypts its result as the worker does. --wait-release: the stack
-	// stops when we return, so the run must have released its lease.
-	code := starter.Main(context.Background(), append([]string{"--wait-release"}, starterArgs...), stdio, s.ClientOptions(), started)
+	// The stack's client: with --encrypt, the starter encrypts the command
+	// and decrypts its result as the worker does, and the run starts
+	// eagerly, to the stack's worker on the same client. --wait-release:
+	// the stack stops when we return, so the run must have released its
+	// lease.
+	code := starter.MainOn(context.Background(), s.Client, append([]string{"--wait-release"}, starterArgs...), stdio, s.ClientOptions(), started)
 	if runURL == "" {
 		return code
 	}

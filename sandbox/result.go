@@ -50,8 +50,9 @@ func (r Result) Succeeded() bool { return !r.TimedOut && r.Signal == "" && r.Exi
 type Process struct {
 	// ID is the server's process id.
 	ID string `json:"id"`
-	// Token names the files staged in the lease for this run (its start gate
-	// and stdin), so that a later Attach can open the gate and remove them.
+	// Token opens the run's start gate and names the files staged in the
+	// lease for it (its stdin), so that a later Attach can open the gate and
+	// remove them.
 	Token string `json:"token,omitempty"`
 	// Deadline is when the command's timeout expires; zero means none.
 	Deadline time.Time `json:"deadline,omitzero"`

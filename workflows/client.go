@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -65,13 +66,71 @@ func StartSession(ctx context.Context, c client.Client, opts client.StartWorkflo
 		return nil, err
 	}
 	if opts.ID == "" {
-		opts.ID = "sandboxflow-session-" + rand.Text()[:12]
+		opts.ID = newSessionID()
 	}
 	run, err := c.ExecuteWorkflow(ctx, opts, SessionWorkflowName, req)
 	if err != nil {
 		return nil, err
 	}
 	return &SessionClient{c: c, id: run.GetID(), runID: run.GetRunID()}, nil
+}
+
+// StartSessionWith starts a SessionWorkflow and sends it its first
+// command in the same request (Temporal's update-with-start): the session
+// accepts the command in its first workflow task, so the first result
+// comes a round trip and a workflow task sooner than with StartSession,
+// then Execute. opts are StartSession's (EnableEagerStart cannot be set
+// here, Temporal's rule); an unset WorkflowIDConflictPolicy is
+// USE_EXISTING: with the id of a running session, the command runs in
+// that session, as StartSession then Execute would have it.
+//
+// It returns once the session runs and has accepted the command: the
+// command's result comes from the PendingCommand's Get. An invalid command
+// is rejected before anything is sent.
+func StartSessionWith(ctx context.Context, c client.Client, opts client.StartWorkflowOptions, req SessionRequest, first SessionCommand) (*SessionClient, *PendingCommand, error) {
+	if err := req.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := first.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if opts.ID == "" {
+		opts.ID = newSessionID()
+	}
+	if opts.WorkflowIDConflictPolicy == enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED {
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	}
+	start := c.NewWithStartWorkflowOperation(opts, SessionWorkflowName, req)
+	handle, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateID:     newUpdateID(),
+			UpdateName:   UpdateExecute,
+			Args:         []any{first},
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	run, err := start.Get(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &SessionClient{c: c, id: run.GetID(), runID: run.GetRunID()}, &PendingCommand{handle: handle}, nil
+}
+
+// PendingCommand is a session's command that was sent and accepted, and
+// whose result is still to come.
+type PendingCommand struct {
+	handle client.WorkflowUpdateHandle
+}
+
+// Get waits for the command's result.
+func (p *PendingCommand) Get(ctx context.Context) (SessionResult, error) {
+	var res SessionResult
+	err := p.handle.Get(ctx, &res)
+	return res, err
 }
 
 // AttachSessionClient returns a client of a running session, by its
@@ -158,6 +217,8 @@ func (s *SessionClient) State(ctx context.Context) (SessionState, error) {
 }
 
 func newUpdateID() string { return "sandboxflow-" + rand.Text() }
+
+func newSessionID() string { return "sandboxflow-session-" + rand.Text()[:12] }
 
 // sendUpdate sends an Update to a session and waits for its outcome,
 // decoded into out. A session that is not running (closed, cancelled, or

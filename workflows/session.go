@@ -30,7 +30,10 @@ import (
 //	UpdateClose     run what is queued, destroy the lease, end the session
 //	StateQuery      SessionState
 //
-// A lease idle for SessionRequest.IdleTimeout is paused. After
+// A lease idle for SessionRequest.IdleTimeout is paused; a busy session
+// keeps one idle timer, not one per command, and its SandboxPhase search
+// attribute says where its lease is (idle, paused, closed …), not which
+// command runs: that shows in its current details. After
 // CommandsPerRun commands, or when Temporal suggests it, the session
 // continues as new and carries its lease (paused or not) to the next run.
 // Cancelling the session — which is what a parent's close does to a
@@ -69,7 +72,23 @@ type session struct {
 	// answers are the execute Updates answered lately, across
 	// continue-as-new (session_answers.go).
 	answers []AnsweredUpdate
+
+	// steady is set in runs of quietCommandsVersion: a command adds to the
+	// history only its Update, its activities and their workflow tasks.
+	// Its phase shows in the current details, not in the search
+	// attributes, and one idle timer runs across commands (waitIdle).
+	steady bool
+	// lastActive is when the last operation ended (or the run began).
+	lastActive time.Time
+	// idleTimer runs until it fires, across operations (steady runs).
+	idleTimer workflow.Future
 }
+
+// quietCommandsVersion is the workflow.GetVersion change of steady
+// sessions (session.steady): runs that began before it keep upserting
+// the executing and idle phases and restarting their idle timer for each
+// command, four events a command that replay expects.
+const quietCommandsVersion = "session-quiet-commands"
 
 // operation is an accepted Update waiting for, or given, its turn.
 type operation struct {
@@ -118,6 +137,9 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 	s.r.publisher.searchAttributes = workflow.GetTypedSearchAttributes(ctx).
 		ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase))
 	s.r.publisher.describe = s.describe
+	s.steady = workflow.GetVersion(ctx, quietCommandsVersion, workflow.DefaultVersion, 1) == 1
+	s.r.publisher.executingIsIdle = s.steady
+	s.lastActive = workflow.Now(ctx)
 	return s
 }
 
@@ -230,6 +252,7 @@ func (s *session) serve(ctx workflow.Context) (SessionSummary, error) {
 		}
 		s.carryOut(ctx, op)
 		op.done = true
+		s.lastActive = workflow.Now(ctx)
 		if op.kind == UpdateClose {
 			// Let the handlers return before the session ends.
 			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
@@ -272,11 +295,19 @@ func (s *session) next(ctx workflow.Context) (*operation, error) {
 	return op, nil
 }
 
-// waitIdle waits until there is work or the idle timeout passes, and
-// reports the latter. The timer is cancelled when work comes first, so
-// that a busy session does not leave a timer behind every command.
+// waitIdle waits until there is work or the idle timeout has passed since
+// the last operation, and reports the latter.
+//
+// A steady session keeps one timer: when work comes first, the timer runs
+// on, and when it fires with an operation since it was set, it is set
+// again for what is left of the timeout. A busy session thus sets a timer
+// once an idle timeout, not once a command. A session of an earlier
+// version sets a timer each time and cancels it when work comes first.
 func (s *session) waitIdle(ctx workflow.Context, hasWork func() bool) (idle bool, err error) {
 	s.setPhase(ctx, PhaseIdle)
+	if s.steady {
+		return s.waitIdleSteady(ctx, hasWork)
+	}
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
 	defer cancelTimer()
 	timer := workflow.NewTimerWithOptions(timerCtx, s.idleTimeout,
@@ -285,6 +316,31 @@ func (s *session) waitIdle(ctx workflow.Context, hasWork func() bool) (idle bool
 		return false, err
 	}
 	return !hasWork() && timer.Get(ctx, nil) == nil, nil
+}
+
+// waitIdleSteady is waitIdle of a steady session.
+func (s *session) waitIdleSteady(ctx workflow.Context, hasWork func() bool) (idle bool, err error) {
+	for {
+		if s.idleTimer == nil {
+			left := s.idleTimeout - workflow.Now(ctx).Sub(s.lastActive)
+			if left <= 0 {
+				return true, nil
+			}
+			s.idleTimer = workflow.NewTimerWithOptions(ctx, left,
+				workflow.TimerOptions{Summary: "idle: pause the lease after " + s.idleTimeout.String() + " without a command"})
+		}
+		if err := workflow.Await(ctx, func() bool { return hasWork() || s.idleTimer.IsReady() }); err != nil {
+			return false, err
+		}
+		if hasWork() {
+			return false, nil
+		}
+		err := s.idleTimer.Get(ctx, nil)
+		s.idleTimer = nil
+		if err != nil {
+			return false, err
+		}
+	}
 }
 
 // carryOut performs one operation and records its outcome in op.

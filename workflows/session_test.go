@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -236,6 +237,62 @@ func TestSessionPausesAnIdleLeaseAndTheNextCommandResumesIt(t *testing.T) {
 	assert.Equal(t, 1, whileIdle.Commands)
 	assert.Equal(t, 2, lease.pauses, "paused after each command's idle timeout")
 	assert.Equal(t, 1, lease.resumes, "resumed for the second command only")
+}
+
+// A busy session sets one idle timer, not one a command, and keeps its
+// phase search attribute through its commands: only the lease's changes
+// (created, paused, released) are upserted.
+func TestABusySessionKeepsOneIdleTimerAndItsPhase(t *testing.T) {
+	h := newHarness(t)
+	h.expectCreate(1)
+	h.expectNoOrphans()
+	lease := &leaseStatus{status: sandbox.StatusRunning}
+	lease.expect(h)
+	var e echo
+	h.provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).DoAndReturn(e.execute).Times(10)
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil)
+	require.NoError(t, h.env.SetTypedSearchAttributesOnStart(temporal.NewSearchAttributes(
+		temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase).ValueSet("scheduled"))))
+	var phases []string
+	h.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		if v, ok := args.Get(0).(temporal.SearchAttributes).GetKeyword(temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase)); ok {
+			phases = append(phases, v)
+		}
+	}).Return(nil)
+	var timers []time.Duration
+	cancelled := 0
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
+	h.env.SetOnTimerCanceledListener(func(string) { cancelled++ })
+
+	u := &updates{h: h}
+	for i := range 10 { // one a second
+		u.send(time.Duration(i+1)*time.Second, execCall("cmd"))
+	}
+	state := func(at time.Duration) *SessionState {
+		var s SessionState
+		h.env.RegisterDelayedCallback(func() {
+			value, err := h.env.QueryWorkflow(StateQuery)
+			require.NoError(t, err)
+			require.NoError(t, value.Get(&s))
+		}, at)
+		return &s
+	}
+	early, late := state(5*time.Minute+5*time.Second), state(6*time.Minute)
+	u.send(time.Hour, closeCall)
+	req := sessionRequest()
+	req.IdleTimeout = 5 * time.Minute
+	summary, err := h.runSession(req)
+	require.NoError(t, err)
+
+	assert.Equal(t, 10, summary.Commands)
+	assert.False(t, early.Paused, "five minutes after the first command, not after the last")
+	assert.True(t, late.Paused, "paused five minutes after the last command")
+	assert.Equal(t, 1, lease.pauses)
+	require.Len(t, timers, 2, "the idle timer, then what was left of the timeout once it fired: %v", timers)
+	assert.Equal(t, 5*time.Minute, timers[0])
+	assert.Less(t, timers[1], time.Minute)
+	assert.Zero(t, cancelled, "no timer set and cancelled for each command")
+	assert.Equal(t, []string{"creating-lease", "idle", "pausing", "paused", "cleaning-up", "closed"}, phases)
 }
 
 func TestSessionContinuesAsNewCarryingItsLease(t *testing.T) {

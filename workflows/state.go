@@ -71,6 +71,10 @@ type publisher struct {
 	// describe, if set, renders the current details instead of details
 	// (a session describes more than its current command).
 	describe func(State) string
+	// executingIsIdle keeps the phase search attribute at idle while a
+	// command executes (a steady session's: its commands show in its
+	// current details, and do not each write its visibility record twice).
+	executingIsIdle bool
 	// what the search attributes hold now
 	phase   Phase
 	leaseID string
@@ -88,9 +92,13 @@ func (p *publisher) publish(ctx workflow.Context, s State) {
 	if !p.searchAttributes {
 		return
 	}
+	phase := s.Phase
+	if p.executingIsIdle && phase == PhaseExecuting {
+		phase = PhaseIdle
+	}
 	var updates []temporal.SearchAttributeUpdate
-	if s.Phase != p.phase {
-		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase).ValueSet(string(s.Phase)))
+	if phase != p.phase {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(SearchAttributePhase).ValueSet(string(phase)))
 	}
 	if s.LeaseID != p.leaseID && s.LeaseID != "" {
 		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(SearchAttributeLeaseID).ValueSet(s.LeaseID))
@@ -100,7 +108,7 @@ func (p *publisher) publish(ctx workflow.Context, s State) {
 			workflow.GetLogger(ctx).Warn("could not upsert search attributes", "error", err)
 		}
 	}
-	p.phase, p.leaseID = s.Phase, s.LeaseID
+	p.phase, p.leaseID = phase, s.LeaseID
 }
 
 // details renders s in Temporal markdown for the Web UI.

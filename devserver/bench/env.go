@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
@@ -26,6 +27,16 @@ type Env struct {
 	Provider *createos.Client
 	// Logf reports progress (to stderr).
 	Logf func(format string, args ...any)
+	// Temporal counts the RPCs of Client and of the worker on it; Sandbox
+	// the worker's requests to the sandbox server, Direct Provider's.
+	Temporal, Sandbox, Direct *Tally
+	// EagerStart starts workflows eagerly: the worker polling TaskQueue
+	// must run on Client, in this process.
+	EagerStart bool
+	// SearchAttributes starts workflows with RunCommand's search
+	// attributes, as the starter does when the namespace has them: the
+	// runs then keep them current.
+	SearchAttributes bool
 
 	prefix string
 	ids    atomic.Int64
@@ -51,14 +62,39 @@ func (e *Env) workflowID(what string) string {
 	return fmt.Sprintf("%s-%s-%d", e.prefix, what, e.ids.Add(1))
 }
 
+// startOptions are the options of a new workflow of this run of the
+// benchmarks on queue.
+func (e *Env) startOptions(what, queue string) client.StartWorkflowOptions {
+	opts := client.StartWorkflowOptions{ID: e.workflowID(what), TaskQueue: queue, EnableEagerStart: e.EagerStart && queue == e.TaskQueue}
+	if e.SearchAttributes {
+		withSearchAttributes(&opts)
+	}
+	return opts
+}
+
+// withSearchAttributes gives a run RunCommand's search attributes, as the
+// starter does when the namespace has them.
+func withSearchAttributes(opts *client.StartWorkflowOptions) {
+	opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+		temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
+}
+
+// startRun starts RunCommand on queue.
+func (e *Env) startRun(ctx context.Context, queue, what string, req workflows.Request) (client.WorkflowRun, error) {
+	run, err := e.Client.ExecuteWorkflow(ctx, e.startOptions(what, queue), workflows.WorkflowName, req)
+	if err != nil {
+		return nil, fmt.Errorf("start RunCommand: %w", err)
+	}
+	return run, nil
+}
+
 // runCommand runs RunCommand on queue and waits for its result. A run
 // that fails, or whose command did not exit 0, is an error: a benchmark
 // must not time failures.
 func (e *Env) runCommand(ctx context.Context, queue, what string, req workflows.Request) (workflows.Result, error) {
-	run, err := e.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: e.workflowID(what), TaskQueue: queue},
-		workflows.WorkflowName, req)
+	run, err := e.startRun(ctx, queue, what, req)
 	if err != nil {
-		return workflows.Result{}, fmt.Errorf("start RunCommand: %w", err)
+		return workflows.Result{}, err
 	}
 	var res workflows.Result
 	if err := e.result(ctx, run, &res); err != nil {

@@ -211,7 +211,7 @@ func (c *lineClock) latencies() ([]time.Duration, error) {
 // lineObserver hands a command's stdout to a lineClock as it arrives.
 type lineObserver struct{ c *lineClock }
 
-func (lineObserver) Started(sandbox.Process) {}
+func (lineObserver) Started(sandbox.Process) error { return nil }
 
 func (o lineObserver) Output(ch sandbox.Chunk) {
 	if ch.Stream == sandbox.Stdout {

@@ -14,17 +14,22 @@ import (
 	"time"
 )
 
-// Value is a measured quantity and its unit ("ms", "runs/s", "MB/s", "MiB").
+// Value is a measured quantity and its unit ("ms", "runs/s", "MB/s", "MiB",
+// or one of countUnits).
 type Value struct {
 	V    float64
 	Unit string
 }
 
+// countUnits are the units of things counted (P0): a whole number of them
+// prints without decimals.
+var countUnits = map[string]bool{"RPCs": true, "tasks": true, "events": true, "requests": true}
+
 func (v Value) String() string {
 	switch {
 	case math.IsNaN(v.V):
 		return "n/a"
-	case v.V >= 100:
+	case v.V >= 100 || countUnits[v.Unit] && v.V == math.Trunc(v.V):
 		return fmt.Sprintf("%.0f %s", v.V, v.Unit)
 	case v.V >= 10:
 		return fmt.Sprintf("%.1f %s", v.V, v.Unit)

@@ -46,6 +46,12 @@ func TestReportMarkdown(t *testing.T) {
 	assert.True(t, strings.HasSuffix(md, "\na note\n"), md)
 }
 
+func TestValuesOfCountsAreWhole(t *testing.T) {
+	assert.Equal(t, "4 tasks", Value{4, "tasks"}.String())
+	assert.Equal(t, "14.3 RPCs", Value{14.3, "RPCs"}.String())
+	assert.Equal(t, "4.00 ms", Value{4, "ms"}.String(), "a duration keeps its decimals")
+}
+
 func TestTargetDescribe(t *testing.T) {
 	assert.Equal(t, "≤ 100 ms", Target{MaxFigure: 100}.describe("ms"))
 	assert.Equal(t, "≥ 0.6× and ≥ 50 runs/s", Target{MinRatio: 0.6, MinFigure: 50}.describe("runs/s"))

@@ -20,8 +20,7 @@ import (
 // warm-up.
 func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
 	const warmup = 2
-	sess, err := workflows.StartSession(ctx, env.Client, client.StartWorkflowOptions{ID: env.workflowID("p5"), TaskQueue: env.TaskQueue},
-		workflows.SessionRequest{IdleTimeout: -1})
+	sess, err := workflows.StartSession(ctx, env.Client, env.startOptions("p5", env.TaskQueue), workflows.SessionRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("start a session: %w", err)
 	}
@@ -64,7 +63,18 @@ func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
 	}
 	env.Logf("P5: session command median %v, direct execute %v, RunCommand %v",
 		Quantile(inSession, 0.5), Quantile(direct, 0.5), Quantile(whole, 0.5))
+	withStart, startThen, err := openSessionRounds(ctx, env, min(runs, 10))
+	if err != nil {
+		return nil, err
+	}
+	env.Logf("P5: a session and its first command: update-with-start median %v, start then Update %v",
+		Quantile(withStart, 0.5), Quantile(startThen, 0.5))
 	return []Row{
+		{
+			Name:      "P5 latency, median: a session opened with its first command (`true`), update-with-start",
+			Figure:    Millis(Quantile(withStart, 0.5)),
+			FloorName: "a session started, then its first command", Floor: Millis(Quantile(startThen, 0.5)),
+		},
 		{
 			Name:   "P5 latency, median: a command (`true`) in an open session",
 			Figure: Millis(Quantile(inSession, 0.5)), FloorName: "Execute on a lease, direct provider", Floor: Millis(Quantile(direct, 0.5)),
@@ -74,4 +84,57 @@ func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
 			Figure: Millis(Quantile(whole, 0.5)), FloorName: "a command in an open session", Floor: Millis(Quantile(inSession, 0.5)),
 		},
 	}, nil
+}
+
+// openSessionRounds times, runs times each and interleaved, a session
+// opened and its first command (`true`) answered: by one update-with-start
+// (workflows.StartSessionWith), and by StartSession, then an execute
+// Update. Each round's sessions are closed after its timing.
+func openSessionRounds(ctx context.Context, env *Env, runs int) (withStart, startThen []time.Duration, err error) {
+	first := workflows.SessionCommand{Command: trueCommand}
+	var sessions []*workflows.SessionClient
+	closeAll := func() {
+		for _, s := range sessions {
+			s.Close(context.WithoutCancel(ctx))
+		}
+		sessions = nil
+	}
+	defer closeAll()
+	opts := func() client.StartWorkflowOptions {
+		o := env.startOptions("p5-open", env.TaskQueue)
+		o.EnableEagerStart = false // as StartSessionWith must
+		return o
+	}
+	for range runs {
+		w, err := timed(func() error {
+			s, pending, err := workflows.StartSessionWith(ctx, env.Client, opts(), workflows.SessionRequest{}, first)
+			if err != nil {
+				return err
+			}
+			sessions = append(sessions, s)
+			return mustSucceed(sessionResult(pending.Get(ctx)))
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("update-with-start: %w", err)
+		}
+		t, err := timed(func() error {
+			s, err := workflows.StartSession(ctx, env.Client, opts(), workflows.SessionRequest{})
+			if err != nil {
+				return err
+			}
+			sessions = append(sessions, s)
+			return mustSucceed(sessionResult(s.Execute(ctx, first)))
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("start, then Update: %w", err)
+		}
+		withStart, startThen = append(withStart, w), append(startThen, t)
+		closeAll()
+	}
+	return withStart, startThen, nil
+}
+
+// sessionResult is a session command's outcome as a sandbox.Result's.
+func sessionResult(res workflows.SessionResult, err error) (sandbox.Result, error) {
+	return res.Result, err
 }

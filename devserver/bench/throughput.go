@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/workflows"
@@ -62,7 +61,7 @@ func Throughput(ctx context.Context, env *Env, concurrencies []int, d time.Durat
 		return err
 	}
 	noop := func(ctx context.Context) error {
-		run, err := env.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: env.workflowID("noop"), TaskQueue: env.TaskQueue}, NoopWorkflowName)
+		run, err := env.Client.ExecuteWorkflow(ctx, env.startOptions("noop", env.TaskQueue), NoopWorkflowName)
 		if err != nil {
 			return err
 		}

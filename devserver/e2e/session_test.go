@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -152,6 +153,51 @@ func TestIdleSessionIsPausedAndTheNextCommandResumesIt(t *testing.T) {
 	summary, err := sess.Close(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{first.LeaseID}, summary.DestroyedLeases)
+}
+
+// A session opened with its first command (update-with-start) runs that
+// command from its first workflow task; with the id of the running
+// session, another StartSessionWith runs its command in the same session.
+func TestSessionStartedWithItsFirstCommand(t *testing.T) {
+	t.Cleanup(func() { assertNothingLeaked(t) })
+	s := stackOf(t)
+	ctx := t.Context()
+	sess, pending, err := workflows.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+		workflows.SessionRequest{}, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo one > f; cat f"}}})
+	require.NoError(t, err)
+	first, err := pending.Get(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "one\n", first.Stdout)
+	assert.Equal(t, 1, first.Seq)
+
+	// The first workflow task took the start and the command at once: the
+	// lease was created from it.
+	tasks := 0
+	it := s.Client.GetWorkflowHistory(ctx, sess.ID(), sess.FirstRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			tasks++
+		}
+		if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED {
+			break
+		}
+	}
+	assert.Equal(t, 1, tasks, "one workflow task before the first activity")
+
+	again, pending, err := workflows.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{ID: sess.ID(), TaskQueue: workflows.DefaultTaskQueue},
+		workflows.SessionRequest{}, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
+	require.NoError(t, err)
+	assert.Equal(t, sess.FirstRunID(), again.FirstRunID(), "the running session")
+	second, err := pending.Get(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "one\n", second.Stdout)
+	assert.Equal(t, first.LeaseID, second.LeaseID)
+	assert.Equal(t, 2, second.Seq)
+
+	_, err = sess.Close(ctx)
+	require.NoError(t, err)
 }
 
 // requireSessionClosed checks that err is a typed SandboxSessionClosed.

@@ -14,14 +14,14 @@ import (
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
-// filesPath is the file upload of a lease: the start gate, staged stdin.
-const filesPath = "/sandboxes/*/files"
+// inputPath is a process's stdin, where the start gate's line is written.
+const inputPath = "/sandboxes/*/processes/*/input"
 
-// The start gate's upload reaches the server, and the command passes its
+// The start gate's write reaches the process, and the command passes its
 // gate and runs, but the worker is answered 500. An ambiguous gate write
 // is repeated, not a reason to kill: the process is followed to its end
 // and the command runs once.
-func TestGateUploadStoredThenFailed(t *testing.T) {
+func TestGateWriteDeliveredThenFailed(t *testing.T) {
 	e := start(t, options{})
 	marker := newMarker()
 	// Hold the 500 until the command has printed its marker: it really
@@ -32,7 +32,7 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 			time.Sleep(poll)
 		}
 	}
-	e.proxy.AddRule(testsuite.Rule{Name: "500", Method: http.MethodPut, Path: filesPath, Times: 1,
+	e.proxy.AddRule(testsuite.Rule{Name: "500", Method: http.MethodPost, Path: inputPath, Times: 1,
 		Fault: testsuite.FailAfterForward(http.StatusInternalServerError, passedGate)})
 
 	run := e.startRun(request(command(marker, "echo done")))
@@ -42,7 +42,7 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 	assert.Zero(t, res.FreshLeases)
 
 	e.requireFired("500", 1)
-	assert.Equal(t, http.StatusOK, e.proxy.Log()[0].Status, "the server stored the gate")
+	assert.Equal(t, http.StatusOK, e.proxy.Log()[0].Status, "the server delivered the gate's line")
 	assert.Equal(t, []int32{1}, e.readHistory(run).executeAttempts, "one attempt")
 	records := processes(e.stack.Sandbox, marker)
 	assert.Equal(t, 1, ran(records, marker), describe(records))
@@ -55,7 +55,7 @@ func TestGateUploadStoredThenFailed(t *testing.T) {
 // instead of starting the command again. The server has it even when the
 // SDK is holding back heartbeats, as it does for its throttle interval
 // after each one: the process create is held until a heartbeat has been
-// recorded, and the start gate's upload until the server's details have
+// recorded, and the start gate's write until the server's details have
 // been read.
 func TestProcessRecordedBeforeItsCommandStarts(t *testing.T) {
 	e := start(t, options{})
@@ -67,7 +67,7 @@ func TestProcessRecordedBeforeItsCommandStarts(t *testing.T) {
 		e.waitHeartbeat(id)
 	})})
 	atGate := make(chan activities.ExecuteProgress, 1)
-	e.proxy.AddRule(testsuite.Rule{Name: "gate", Method: http.MethodPut, Path: filesPath, Times: 1, Fault: testsuite.Hold(func() {
+	e.proxy.AddRule(testsuite.Rule{Name: "gate", Method: http.MethodPost, Path: inputPath, Times: 1, Fault: testsuite.Hold(func() {
 		id := <-workflowID
 		workflowID <- id
 		recorded, _ := e.pendingExecute(id)

@@ -269,6 +269,15 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		dynamicconfig.TransferProcessorMaxPollRPS.Key():   1000,
 		dynamicconfig.TimerProcessorMaxPollRPS.Key():      1000,
 		dynamicconfig.VisibilityProcessorMaxPollRPS.Key(): 1000,
+
+		// Eager dispatch, which v1.32 enables by default (older servers
+		// did not): an activity that a workflow task schedules comes back
+		// in the answer to that task, and a workflow started with
+		// EnableEagerStart gets its first task in the answer to the start,
+		// both without a trip through matching. Pinned here because the
+		// README's figures count on them (P0 counts no activity poll).
+		dynamicconfig.EnableActivityEagerExecution.Key(): true,
+		dynamicconfig.EnableEagerWorkflowStart.Key():     true,
 	}
 }
 

@@ -25,12 +25,19 @@ type jsonSessionResult struct {
 // session, printing each one's output as it ends. It stops at the first
 // command that does not succeed, and returns that command's exit code (or
 // the last one's). The session is closed at the end, and cancelled when
-// the starter is interrupted: either way its lease is destroyed.
+// the starter is interrupted: either way its lease is destroyed. The first
+// command goes with the session's start, in one request
+// (workflows.StartSessionWith).
 func runSession(ctx context.Context, c client.Client, dc converter.DataConverter, startOpts client.StartWorkflowOptions, opts options, stdio IO, started Started) int {
-	sess, err := workflows.StartSession(ctx, c, startOpts, workflows.SessionRequest{
+	commands := opts.commands()
+	command := func(i int) workflows.SessionCommand {
+		return workflows.SessionCommand{Command: commands[i], SecretEnv: opts.request.SecretEnv}
+	}
+	startOpts.EnableEagerStart = false // not with update-with-start
+	sess, first, err := workflows.StartSessionWith(ctx, c, startOpts, workflows.SessionRequest{
 		Lease:          opts.request.Lease,
 		MaxFreshLeases: opts.request.MaxFreshLeases,
-	})
+	}, command(0))
 	if err != nil {
 		fmt.Fprintf(stdio.Stderr, "starter: cannot start the session: %v\n", oneLine(err))
 		return ExitRunFailed
@@ -56,14 +63,19 @@ func runSession(ctx context.Context, c client.Client, dc converter.DataConverter
 
 	code := 0
 	followed := "" // the process of the command before
-	for i, cmd := range opts.commands() {
+	for i, cmd := range commands {
 		var live *livePrinter
 		if !opts.json {
 			live = newLivePrinter(stdio, dc)
 			live.ignore = followed
 		}
 		stopLive := follow(runCtx, c, sess.ID(), live)
-		res, err := sess.Execute(runCtx, workflows.SessionCommand{Command: cmd, SecretEnv: opts.request.SecretEnv})
+		var res workflows.SessionResult
+		if i == 0 {
+			res, err = first.Get(runCtx)
+		} else {
+			res, err = sess.Execute(runCtx, command(i))
+		}
 		stopLive()
 		select {
 		case <-interrupted:

@@ -75,10 +75,31 @@ func Main(ctx context.Context, args []string, stdio IO, temporalOptions client.O
 		return ExitRunFailed
 	}
 	defer c.Close()
+	return start(ctx, c, opts, stdio, temporalOptions, started, false)
+}
 
+// MainOn runs the starter as Main does, on c, a client of the caller's
+// dialled with temporalOptions, which it does not close. It starts the
+// run eagerly (client.StartWorkflowOptions.EnableEagerStart): when a
+// worker on c in this process polls the run's task queue, as the one of
+// `devserver run`'s stack does, the run's first workflow task comes back
+// in the answer to the start and goes straight to that worker, without a
+// trip through matching. Without such a worker the run starts as Main's.
+func MainOn(ctx context.Context, c client.Client, args []string, stdio IO, temporalOptions client.Options, started Started) int {
+	opts, err := parseArgs(args, stdio.Stdin)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "starter: %v\n", err)
+		return ExitUsage
+	}
+	return start(ctx, c, opts, stdio, temporalOptions, started, true)
+}
+
+// start is Main on a client, once the command line is parsed.
+func start(ctx context.Context, c client.Client, opts options, stdio IO, temporalOptions client.Options, started Started, eager bool) int {
 	startOpts := client.StartWorkflowOptions{
-		ID:        opts.workflowID,
-		TaskQueue: opts.taskQueue,
+		ID:               opts.workflowID,
+		TaskQueue:        opts.taskQueue,
+		EnableEagerStart: eager,
 	}
 	if searchAttributesRegistered(ctx, c, temporalOptions.Namespace) {
 		startOpts.TypedSearchAttributes = temporal.NewSearchAttributes(

@@ -41,6 +41,10 @@ type Config struct {
 	// does not read it: metrics reach Prometheus through the client's
 	// MetricsHandler.
 	MetricsListen string
+	// Options tune the Temporal worker (pollers, eager activities …). New
+	// sets WorkerStopTimeout from StopTimeout, and MaxHeartbeatThrottleInterval
+	// when it is zero.
+	Options worker.Options
 }
 
 // Format prints the configuration with the sandbox API key redacted,
@@ -70,13 +74,15 @@ func New(c client.Client, cfg Config) (worker.Worker, error) {
 	if cfg.TaskQueue == "" {
 		cfg.TaskQueue = workflows.DefaultTaskQueue
 	}
-	w := worker.New(c, cfg.TaskQueue, worker.Options{
-		WorkerStopTimeout: cfg.StopTimeout,
+	opts := cfg.Options
+	opts.WorkerStopTimeout = cfg.StopTimeout
+	if opts.MaxHeartbeatThrottleInterval == 0 {
 		// Heartbeats carry cancellation to running commands; send them
 		// often enough that a cancel takes seconds, not most of a heartbeat
 		// timeout.
-		MaxHeartbeatThrottleInterval: 2 * time.Second,
-	})
+		opts.MaxHeartbeatThrottleInterval = 2 * time.Second
+	}
+	w := worker.New(c, cfg.TaskQueue, opts)
 	workflows.RegisterWorkflows(w)
 	acts := &activities.Activities{
 		Provider:          provider,

@@ -15,7 +15,8 @@
 // Flags:
 //
 //	-quick            fewer, shorter runs (under a minute once built): for trying things out
-//	-only LIST        comma-separated parts to run: p1,p2,p3,p4,p5,p6,p7,live,micro (default all)
+//	-only LIST        comma-separated parts to run: p0,p1,p2,p3,p4,p5,p6,p7,live,ab,micro (default all)
+//	-cost-runs N      P0 cost: runs counted of each path (default 5)
 //	-runs N           P1, P5, P6 latency: rounds of each path (default 30)
 //	-live-runs N      live output: runs of each path, 10 lines each (default 5)
 //	-duration D       P2 throughput: time per concurrency and path (default 5s)
@@ -40,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -49,6 +51,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"google.golang.org/grpc"
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/bench"
@@ -69,10 +75,11 @@ const (
 )
 
 // allParts are the parts of the table, in its order.
-var allParts = []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "live", "micro"}
+var allParts = []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "live", "ab", "micro"}
 
 type config struct {
 	parts        map[string]bool
+	costRuns     int
 	runs         int
 	liveRuns     int
 	duration     time.Duration
@@ -104,6 +111,7 @@ func parseFlags(args []string) (config, error) {
 	quick := fs.Bool("quick", false, "fewer, shorter runs")
 	only := fs.String("only", strings.Join(allParts, ","), "parts to run")
 	cfg := config{}
+	fs.IntVar(&cfg.costRuns, "cost-runs", 5, "P0: runs counted")
 	fs.IntVar(&cfg.runs, "runs", 30, "P1: rounds")
 	fs.IntVar(&cfg.liveRuns, "live-runs", 5, "live output: runs of each path")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "P2: time per concurrency and path")
@@ -168,7 +176,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-rss-mib: %w", err)
 	}
 	slices.Sort(cfg.rssMiB)
-	if cfg.runs < 1 || cfg.liveRuns < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.egressRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
+	if cfg.costRuns < 1 || cfg.runs < 1 || cfg.liveRuns < 1 || cfg.streamRuns < 1 || cfg.recoveryRuns < 1 || cfg.forkRuns < 1 || cfg.egressRuns < 1 || cfg.streamMiB < 1 || cfg.duration <= 0 {
 		return cfg, errors.New("counts, sizes and durations must be positive")
 	}
 	return cfg, nil
@@ -250,15 +258,15 @@ func run(ctx context.Context, cfg config) int {
 	// P7 runs in a server of its own, made by the benchmark.
 	part("p7", func() ([]bench.Row, error) { return bench.EgressThroughput(ctx, moduleDir, cfg.egressRuns) })
 
-	if cfg.parts["p1"] || cfg.parts["p2"] || cfg.parts["p3"] || cfg.parts["p4"] || cfg.parts["p5"] || cfg.parts["p6"] || cfg.parts["live"] {
-		if err := withStack(ctx, func(s *stack.Stack, provider *createos.Client) {
-			e := bench.NewEnv(s.Client, benchQueue, provider, logf)
+	if slices.ContainsFunc([]string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "live", "ab"}, func(p string) bool { return cfg.parts[p] }) {
+		if err := withStack(ctx, func(s *stack.Stack, e *bench.Env) {
 			defer func() {
 				if n := e.LostWakeups(); n > 0 {
 					report.Notes = append(report.Notes, fmt.Sprintf("The Temporal server lost the close notification of %d run(s): "+
 						"a plain Get would have waited for its 20 s long poll to expire; they were read at most 1 s late (see bench.Env.result).", n))
 				}
 			}()
+			part("p0", func() ([]bench.Row, error) { return bench.Cost(ctx, e, cfg.costRuns) })
 			part("p1", func() ([]bench.Row, error) { return bench.Latency(ctx, e, cfg.runs) })
 			part("p2", func() ([]bench.Row, error) { return bench.Throughput(ctx, e, cfg.concurrency, cfg.duration) })
 			part("p3", func() ([]bench.Row, error) {
@@ -279,6 +287,14 @@ func run(ctx context.Context, cfg config) int {
 				return bench.LeaseMachine(ctx, e, api, cfg.runs, cfg.forkRuns)
 			})
 			part("live", func() ([]bench.Row, error) { return bench.LiveOutput(ctx, e, s.ClientOptions(), cfg.liveRuns) })
+			part("ab", func() ([]bench.Row, error) {
+				variants, stop, err := tuningVariants(ctx, s, e.Provider)
+				defer stop()
+				if err != nil {
+					return nil, err
+				}
+				return bench.Tuning(ctx, variants, cfg.runs)
+			})
 		}); err != nil {
 			logf("%v", err)
 			return 1
@@ -306,9 +322,11 @@ func run(ctx context.Context, cfg config) int {
 
 // withStack boots the dev stack for the benchmarks, runs f and stops it.
 // The stack's own worker polls recoveryQueue through a fault proxy; a
-// second worker, built exactly as the stack builds its own, polls
-// benchQueue with the no-op workflow registered beside RunCommand.
-func withStack(ctx context.Context, f func(*stack.Stack, *createos.Client)) error {
+// second worker, built exactly as the stack builds its own but on a client
+// of its own, polls benchQueue with the no-op workflow registered beside
+// RunCommand. The Env's tallies count that client's RPCs and the sandbox
+// requests of that worker and of the direct provider.
+func withStack(ctx context.Context, f func(*stack.Stack, *bench.Env)) error {
 	root, err := os.MkdirTemp("", "sandboxflow-bench-")
 	if err != nil {
 		return err
@@ -325,8 +343,20 @@ func withStack(ctx context.Context, f func(*stack.Stack, *createos.Client)) erro
 		return fmt.Errorf("start the stack: %w", err)
 	}
 	defer s.Stop()
-	sandboxCfg := createos.Config{BaseURL: s.SandboxURL, APIKey: s.SandboxAPIKey}
-	w, err := workerapp.New(s.Client, workerapp.Config{TaskQueue: benchQueue, Sandbox: sandboxCfg})
+	tallies := struct{ temporal, sandbox, direct bench.Tally }{}
+	opts := s.ClientOptions()
+	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions,
+		grpc.WithChainUnaryInterceptor(tallies.temporal.Interceptor()))
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("connect to the stack's Temporal server: %w", err)
+	}
+	defer c.Close()
+	counted := func(t *bench.Tally) createos.Config {
+		return createos.Config{BaseURL: s.SandboxURL, APIKey: s.SandboxAPIKey,
+			HTTPClient: &http.Client{Transport: t.Transport(http.DefaultTransport)}}
+	}
+	w, err := workerapp.New(c, workerapp.Config{TaskQueue: benchQueue, Sandbox: counted(&tallies.sandbox)})
 	if err != nil {
 		return err
 	}
@@ -335,12 +365,83 @@ func withStack(ctx context.Context, f func(*stack.Stack, *createos.Client)) erro
 		return fmt.Errorf("start the worker: %w", err)
 	}
 	defer w.Stop()
-	provider, err := createos.New(sandboxCfg)
+	provider, err := createos.New(counted(&tallies.direct))
 	if err != nil {
 		return err
 	}
-	f(s, provider)
+	e := bench.NewEnv(c, benchQueue, provider, logf)
+	e.Temporal, e.Sandbox, e.Direct = &tallies.temporal, &tallies.sandbox, &tallies.direct
+	e.EagerStart = true // as `devserver run` starts its runs
+	f(s, e)
 	return nil
+}
+
+// A tuning is one configuration of the Temporal client and worker that
+// the A/B part compares.
+type tuning struct {
+	name string
+	// gzip: the client compresses its requests (the SDK's default).
+	gzip bool
+	// eagerStart: workflows start with their first task in the answer.
+	eagerStart bool
+	// eagerActivities: the worker asks for its activities in the answer
+	// to the workflow task that schedules them (the SDK's default).
+	eagerActivities bool
+	// searchAttributes: runs start with RunCommand's search attributes,
+	// as the starter's do.
+	searchAttributes bool
+}
+
+// tunings are the A/B part's variants; the first is the project as it
+// was before it was tuned.
+var tunings = []tuning{
+	{name: "as before (gzip, eager activities)", gzip: true, eagerActivities: true},
+	{name: "no gRPC compression", eagerActivities: true},
+	{name: "no gRPC compression, eager start", eagerStart: true, eagerActivities: true},
+	{name: "no gRPC compression, eager start, no eager activities", eagerStart: true},
+	{name: "no gRPC compression, eager start, search attributes", eagerStart: true, eagerActivities: true, searchAttributes: true},
+}
+
+// tuningVariants starts, for each tuning, a client and a worker of its
+// own on a task queue of its own. stop stops them all.
+func tuningVariants(ctx context.Context, s *stack.Stack, provider *createos.Client) (_ []bench.Variant, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range slices.Backward(stops) {
+			f()
+		}
+	}
+	var variants []bench.Variant
+	for i, t := range tunings {
+		opts := s.ClientOptions()
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+		if t.gzip {
+			opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionGzip{}
+		}
+		c, err := client.DialContext(ctx, opts)
+		if err != nil {
+			return nil, stop, err
+		}
+		stops = append(stops, c.Close)
+		queue := fmt.Sprintf("%s-ab-%d", benchQueue, i)
+		w, err := workerapp.New(c, workerapp.Config{
+			TaskQueue: queue,
+			Sandbox:   createos.Config{BaseURL: s.SandboxURL, APIKey: s.SandboxAPIKey},
+			Options:   worker.Options{DisableEagerActivities: !t.eagerActivities},
+		})
+		if err != nil {
+			return nil, stop, err
+		}
+		bench.RegisterNoop(w)
+		if err := w.Start(); err != nil {
+			return nil, stop, err
+		}
+		stops = append(stops, w.Stop)
+		e := bench.NewEnv(c, queue, provider, logf)
+		e.EagerStart, e.SearchAttributes = t.eagerStart, t.searchAttributes
+		variants = append(variants, bench.Variant{Name: t.name, Env: e})
+	}
+	return variants, stop, nil
 }
 
 // workerRSS builds the worker binary and measures its memory.

@@ -26,6 +26,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
@@ -45,6 +46,9 @@ type scenario struct {
 	askResult bool
 	// session, when set, records a SessionWorkflow instead, driven by it.
 	session func(context.Context, *workflows.SessionClient) error
+	// searchAttributes starts the run with RunCommand's search
+	// attributes, as the starter does: the run keeps them current.
+	searchAttributes bool
 }
 
 func scenarios() []scenario {
@@ -72,7 +76,20 @@ func scenarios() []scenario {
 		// A session that changes its egress, forks (a command and close in
 		// the fork), and goes on on its own lease.
 		{name: "session_fork", session: driveSessionFork},
+		// A session started as the starter starts it, with the search
+		// attributes: two commands, close.
+		{name: "session_search_attributes", session: driveTwoCommands, searchAttributes: true},
 	}
+}
+
+func driveTwoCommands(ctx context.Context, sess *workflows.SessionClient) error {
+	for _, script := range []string{"echo one > f", "cat f"} {
+		if _, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}); err != nil {
+			return err
+		}
+	}
+	_, err := sess.Close(ctx)
+	return err
 }
 
 func driveSessionFork(ctx context.Context, sess *workflows.SessionClient) error {
@@ -164,6 +181,10 @@ func record(ctx context.Context, out, only string) error {
 
 func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) error {
 	opts := client.StartWorkflowOptions{ID: "history-" + sc.name, TaskQueue: workflows.DefaultTaskQueue}
+	if sc.searchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
+	}
 	if sc.session != nil {
 		sess, err := workflows.StartSession(ctx, s.Client, opts, workflows.SessionRequest{})
 		if err != nil {
