@@ -1,7 +1,6 @@
 package createos
 
 import (
-	"sync"
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -21,11 +20,6 @@ type Client struct {
 	// retryBase is the base of the backoff between two attempts of one
 	// request (CREATEOS-API.md §4.2).
 	retryBase time.Duration
-
-	// dialect is what the server turned out to speak, learned once (see
-	// serverDialect).
-	dialectMu sync.Mutex
-	dialect   dialect
 }
 
 var _ sandbox.Provider = (*Client)(nil)

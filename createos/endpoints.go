@@ -103,32 +103,31 @@ const (
 
 // listSandboxes walks every page of the sandbox list, with filters: the
 // [ext] label filter ("label": "k=v" each) of servers that know it (others
-// ignore it), or "status". legacy reports the project's own shape
-// {"sandboxes":[…]}, one page.
-func (c *Client) listSandboxes(ctx context.Context, filter url.Values) (all []sandboxData, legacy bool, err error) {
+// ignore it), or "status".
+func (c *Client) listSandboxes(ctx context.Context, filter url.Values) (all []sandboxData, err error) {
 	for offset, pages := 0, 0; ; pages++ {
 		if pages == maxPages {
-			return nil, false, invalidResponse("list sandboxes", "the list does not end")
+			return nil, invalidResponse("list sandboxes", "the list does not end")
 		}
-		items, total, legacy, err := c.listPage(ctx, filter, offset, pageSize)
+		items, total, err := c.listPage(ctx, filter, offset, pageSize)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		all = append(all, items...)
 		// CREATEOS-API.md §4.6: the next offset counts what came, never the
 		// page size asked (the server clamps it).
 		offset += len(items)
-		if legacy || len(items) == 0 || total < 0 || offset >= total {
-			return all, legacy, nil
+		if len(items) == 0 || total < 0 || offset >= total {
+			return all, nil
 		}
 	}
 }
 
 // listPage reads one page of the sandbox list. Its data is the official
 // {"data":[…],"pagination":{"total":N,…}}, or a legacy shape: a bare
-// array, or the project's {"sandboxes":[…]}. total is -1 when the answer
-// does not say (then there is no next page).
-func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit int) (items []sandboxData, total int, legacy bool, err error) {
+// array, or the {"sandboxes":[…]} of earlier sandboxd versions. total is
+// -1 when the answer does not say (then there is no next page).
+func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit int) (items []sandboxData, total int, err error) {
 	rq := request{op: "list sandboxes", method: http.MethodGet, path: "/sandboxes",
 		query: url.Values{"limit": {strconv.Itoa(limit)}, "offset": {strconv.Itoa(offset)}}}
 	for k, v := range filter {
@@ -136,13 +135,13 @@ func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit 
 	}
 	var raw json.RawMessage
 	if err := c.call(ctx, rq, &raw); err != nil {
-		return nil, 0, false, err
+		return nil, 0, err
 	}
 	if len(raw) > 0 && raw[0] == '[' {
 		if json.Unmarshal(raw, &items) != nil {
-			return nil, 0, false, invalidResponse(rq.op, "the list does not have the expected shape")
+			return nil, 0, invalidResponse(rq.op, "the list does not have the expected shape")
 		}
-		return items, -1, false, nil
+		return items, -1, nil
 	}
 	var page struct {
 		Data       *[]sandboxData `json:"data"`
@@ -152,7 +151,7 @@ func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit 
 		} `json:"pagination"`
 	}
 	if json.Unmarshal(raw, &page) != nil {
-		return nil, 0, false, invalidResponse(rq.op, "the list does not have the expected shape")
+		return nil, 0, invalidResponse(rq.op, "the list does not have the expected shape")
 	}
 	switch {
 	case page.Data != nil:
@@ -160,11 +159,11 @@ func (c *Client) listPage(ctx context.Context, filter url.Values, offset, limit 
 		if page.Pagination != nil && page.Pagination.Total != nil {
 			total = *page.Pagination.Total
 		}
-		return *page.Data, total, false, nil
+		return *page.Data, total, nil
 	case page.Sandboxes != nil:
-		return *page.Sandboxes, -1, true, nil
+		return *page.Sandboxes, -1, nil
 	}
-	return nil, 0, false, invalidResponse(rq.op, "the answer has no list of sandboxes")
+	return nil, 0, invalidResponse(rq.op, "the answer has no list of sandboxes")
 }
 
 // transition asks for an asynchronous pause or resume ("pause", "resume").

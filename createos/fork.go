@@ -107,7 +107,7 @@ func (c *Client) forkSandbox(ctx context.Context, sourceID string, body forkSand
 // in the list filtered by labels (a filter that the hosted service
 // ignores).
 func (c *Client) forksOf(ctx context.Context, sourceID string, labels map[string]string) (map[string]bool, error) {
-	all, _, err := c.listSandboxes(ctx, labelFilter(labels))
+	all, err := c.listSandboxes(ctx, labelFilter(labels))
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (c *Client) recoverFork(ctx context.Context, sourceID string, labels map[st
 	}
 	lookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.operationTimeout)
 	defer cancel()
-	all, _, err := c.listSandboxes(lookCtx, labelFilter(labels))
+	all, err := c.listSandboxes(lookCtx, labelFilter(labels))
 	var found []sandboxData
 	if err == nil {
 		found = ourForks(all, sourceID, labels, before)

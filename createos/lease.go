@@ -73,13 +73,7 @@ func (c *Client) CreateLease(ctx context.Context, spec sandbox.LeaseSpec) (sandb
 		Envs:                  envs,
 		AutoPauseAfterSeconds: int64(spec.AutoPauseAfter / time.Second),
 		Labels:                spec.Labels,
-	}
-	d, err := c.serverDialect(ctx)
-	if err != nil {
-		return sandbox.Lease{}, err
-	}
-	if d == dialectOfficial {
-		body.Name = createName(spec.NamePrefix, spec.Labels, spec.IdempotencyKey)
+		Name:                  createName(spec.NamePrefix, spec.Labels, spec.IdempotencyKey),
 	}
 	created, err := c.createSandbox(ctx, body, spec.IdempotencyKey)
 	if err != nil {
@@ -132,7 +126,7 @@ func (c *Client) recoverCreate(ctx context.Context, name string, createErr error
 // findByName walks the sandbox list (with filter) for the one named name:
 // the list has no name filter (CREATEOS-API.md §5).
 func (c *Client) findByName(ctx context.Context, name string, filter url.Values) (sandboxData, bool, error) {
-	all, _, err := c.listSandboxes(ctx, filter)
+	all, err := c.listSandboxes(ctx, filter)
 	if err != nil {
 		return sandboxData{}, false, err
 	}
@@ -168,53 +162,6 @@ func (c *Client) leaseEnv(ctx context.Context, spec sandbox.LeaseSpec) (map[stri
 		env[variable] = value
 	}
 	return env, nil
-}
-
-// dialect is the shape of the API a server speaks.
-type dialect int
-
-const (
-	dialectUnknown dialect = iota
-	// dialectLegacy: the project's own shapes ({"sandboxes":[…]} lists),
-	// with labels and Idempotency-Key; sandboxes are not named.
-	dialectLegacy
-	// dialectOfficial: the hosted service's shapes (paginated lists);
-	// creates are named.
-	dialectOfficial
-)
-
-// serverDialect learns, once, which dialect the server speaks, from one
-// page of its sandbox list: the project's legacy wrapper (or no list at
-// all: 404, 405, 501) is legacy, anything else official.
-func (c *Client) serverDialect(ctx context.Context) (dialect, error) {
-	c.dialectMu.Lock()
-	d := c.dialect
-	c.dialectMu.Unlock()
-	if d != dialectUnknown {
-		return d, nil
-	}
-	_, _, legacy, err := c.listPage(ctx, nil, 0, 1)
-	switch status := statusOf(err); {
-	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed || status == http.StatusNotImplemented:
-		legacy = true
-	case err != nil:
-		return dialectUnknown, err
-	}
-	return c.learnDialect(legacy), nil
-}
-
-// learnDialect records what a list answer showed of the server.
-func (c *Client) learnDialect(legacy bool) dialect {
-	d := dialectOfficial
-	if legacy {
-		d = dialectLegacy
-	}
-	c.dialectMu.Lock()
-	defer c.dialectMu.Unlock()
-	if c.dialect == dialectUnknown {
-		c.dialect = d
-	}
-	return c.dialect
 }
 
 // prepare waits until a new sandbox runs and creates its staging
@@ -332,11 +279,10 @@ func (c *Client) ListLeases(ctx context.Context, labels map[string]string) ([]sa
 	if err := checkLabels(labels); err != nil {
 		return nil, err
 	}
-	found, legacy, err := c.listSandboxes(ctx, labelFilter(labels))
+	found, err := c.listSandboxes(ctx, labelFilter(labels))
 	if err != nil {
 		return nil, err
 	}
-	c.learnDialect(legacy)
 	var leases []sandbox.Lease
 	for _, data := range found {
 		if !sandbox.ValidID(data.ID) {
