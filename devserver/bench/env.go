@@ -79,6 +79,15 @@ func withSearchAttributes(opts *client.StartWorkflowOptions) {
 		temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
 }
 
+// noopRun runs the no-op workflow of three activities to its end.
+func (e *Env) noopRun(ctx context.Context) error {
+	run, err := e.Client.ExecuteWorkflow(ctx, e.startOptions("noop", e.TaskQueue), NoopWorkflowName)
+	if err != nil {
+		return err
+	}
+	return e.result(ctx, run, nil)
+}
+
 // startRun starts RunCommand on queue.
 func (e *Env) startRun(ctx context.Context, queue, what string, req workflows.Request) (client.WorkflowRun, error) {
 	run, err := e.Client.ExecuteWorkflow(ctx, e.startOptions(what, queue), workflows.WorkflowName, req)
