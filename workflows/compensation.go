@@ -85,13 +85,16 @@ func (c *compensation) giveUp(ctx workflow.Context, err error) error {
 	if r.lease == nil {
 		return nil
 	}
-	id := r.lease.ID
+	lease := *r.lease
 	r.setPhase(ctx, PhaseCompensating)
-	if err := r.destroy(ctx, id); err != nil {
+	if sandbox.IsHostLostError(err) {
+		// Nobody would take a DestroyLease on that host.
+		r.abandon(ctx, lease, err)
+	} else if err := r.destroy(ctx, lease); err != nil {
 		return err
 	}
-	r.lease, c.replaced = nil, id
-	r.setLease(ctx, "")
+	r.lease, c.replaced = nil, lease.ID
+	r.setLease(ctx, sandbox.Lease{})
 	return nil
 }
 
