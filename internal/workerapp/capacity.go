@@ -103,10 +103,13 @@ func (g *capacityGate) MaxSlots() int { return g.capacity }
 // every sandbox of its server, whoever made it. The activities' creates,
 // forks and destroys keep the count as they happen; resync reads it anew
 // from the server, for what happened elsewhere (a lease destroyed by hand,
-// a server restarted). count hears every change.
+// a server restarted) — at once after a create or fork that failed, which
+// may have made a sandbox all the same. count hears every change.
 type ledger struct {
 	sandbox.Provider
 	count func(n int)
+	// stale is signalled when the count may be short: resync now.
+	stale chan struct{}
 
 	mu  sync.Mutex
 	ids map[string]bool
@@ -121,7 +124,19 @@ type change struct {
 }
 
 func newLedger(p sandbox.Provider, count func(n int)) *ledger {
-	return &ledger{Provider: p, count: count, ids: map[string]bool{}}
+	return &ledger{Provider: p, count: count, ids: map[string]bool{}, stale: make(chan struct{}, 1)}
+}
+
+// made notes the outcome of a create or a fork.
+func (l *ledger) made(lease sandbox.Lease, err error) {
+	if err == nil {
+		l.note(lease.ID, true)
+		return
+	}
+	select {
+	case l.stale <- struct{}{}:
+	default:
+	}
 }
 
 func (l *ledger) note(id string, alive bool) {
@@ -181,17 +196,13 @@ func (l *ledger) resync(ctx context.Context) error {
 
 func (l *ledger) CreateLease(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 	lease, err := l.Provider.CreateLease(ctx, spec)
-	if err == nil {
-		l.note(lease.ID, true)
-	}
+	l.made(lease, err)
 	return lease, err
 }
 
 func (l *ledger) ForkLease(ctx context.Context, sourceID string, spec sandbox.ForkSpec) (sandbox.Lease, error) {
 	lease, err := l.Provider.ForkLease(ctx, sourceID, spec)
-	if err == nil {
-		l.note(lease.ID, true)
-	}
+	l.made(lease, err)
 	return lease, err
 }
 

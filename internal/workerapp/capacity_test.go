@@ -100,4 +100,13 @@ func TestTheLedgerCountsTheHostsLeases(t *testing.T) {
 	provider.EXPECT().ListLeases(gomock.Any(), gomock.Nil()).Return(nil, &sandbox.UnavailableError{Operation: "list"})
 	assert.Error(t, l.resync(t.Context()))
 	assert.Equal(t, 3, l.leases(), "a failed resync changes nothing")
+
+	// A create that failed may have made a sandbox: count anew.
+	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(sandbox.Lease{}, &sandbox.UnavailableError{Operation: "create"})
+	_, _ = l.CreateLease(t.Context(), sandbox.LeaseSpec{})
+	select {
+	case <-l.stale:
+	default:
+		t.Fatal("a failed create asks for no resync")
+	}
 }

@@ -181,9 +181,9 @@ func (h *Host) Start() error {
 }
 
 // keepCounting reads the host's leases from its server every
-// ledgerResync: the gate opens at the first answer and closes while the
-// server does not answer, so that a host whose server is down takes no
-// create.
+// ledgerResync, and when a create or fork failed: the gate opens at the
+// first answer and closes while the server does not answer, so that a
+// host whose server is down takes no create.
 func (h *Host) keepCounting() {
 	defer h.loops.Done()
 	ctx, cancel := h.context()
@@ -197,6 +197,7 @@ func (h *Host) keepCounting() {
 		select {
 		case <-ctx.Done():
 			return
+		case <-h.ledger.stale:
 		case <-time.After(ledgerResync):
 		}
 	}
@@ -249,8 +250,9 @@ func (h *Host) Sweep(ctx context.Context) (workflows.HostSweep, error) {
 // Leases is how many leases the host holds, as far as it knows.
 func (h *Host) Leases() int { return h.ledger.leases() }
 
-// Drain stops the host taking new leases; it goes on with those it holds.
-// Drained is closed once it holds none.
+// Drain stops the host taking new leases: its placement worker stops, and
+// it goes on with the leases it holds. Drained is closed once it holds
+// none.
 func (h *Host) Drain() {
 	select {
 	case <-h.draining:
@@ -259,6 +261,9 @@ func (h *Host) Drain() {
 	}
 	close(h.draining)
 	h.gate.drain()
+	// The polls already out would still take a create each: stop them.
+	// A create under way ends first (Config.StopTimeout).
+	h.placement.Stop()
 	h.logger.Info("draining: taking no new lease", "leases", h.ledger.leases())
 	h.counted(h.ledger.leases())
 }
