@@ -61,8 +61,9 @@ type KeptLease struct {
 //     lease stays its caller's; a run that left its lease to a lost host
 //     names none.
 //
-// It is left alone when its workflow is creating or forking a lease right
-// now (its state may not name it yet), or cannot be asked: a workflow of
+// It is left alone while an attempt of its workflow to create or fork a
+// lease runs (its state may not name that lease yet), or when the
+// workflow cannot be asked: a workflow of
 // your own that runs RunCommand inline (Run) answers no StateQuery. And a
 // lease is destroyed only when it was held by nobody at two looks settle
 // apart (DefaultSweepSettle when zero): a forked session starts just after
@@ -136,10 +137,14 @@ func holds(ctx context.Context, c client.Client, lease sandbox.Lease) (bool, err
 	case err != nil:
 		return false, fmt.Errorf("describe %s: %w", id, err)
 	}
-	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		for _, a := range desc.GetPendingActivities() {
-			switch a.GetActivityType().GetName() {
-			case activities.NameCreateLease, activities.NameAcquireFreshLease, activities.NameForkLease:
+	for _, a := range desc.GetPendingActivities() {
+		switch a.GetActivityType().GetName() {
+		case activities.NameCreateLease, activities.NameAcquireFreshLease, activities.NameForkLease:
+			// An attempt that runs may be making this very lease. One that
+			// waits for a host with room makes nothing: the workflow's
+			// leases it does not name are orphans of earlier attempts,
+			// which take the room it waits for.
+			if a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
 				return false, fmt.Errorf("%s is leasing right now", id)
 			}
 		}

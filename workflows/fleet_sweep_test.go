@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,10 +42,16 @@ func runLease(id, wid string) sandbox.Lease {
 		Labels: map[string]string{activities.LabelRun: "run-" + wid, activities.LabelWorkflowID: wid}}
 }
 
+// described is a workflow with these activities pending; a name with a
+// "~" prefix is only scheduled, not started.
 func described(status enumspb.WorkflowExecutionStatus, pending ...string) *workflowservice.DescribeWorkflowExecutionResponse {
 	d := &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: status}}
 	for _, name := range pending {
-		d.PendingActivities = append(d.PendingActivities, &workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: name}})
+		state := enumspb.PENDING_ACTIVITY_STATE_STARTED
+		if scheduled, ok := strings.CutPrefix(name, "~"); ok {
+			name, state = scheduled, enumspb.PENDING_ACTIVITY_STATE_SCHEDULED
+		}
+		d.PendingActivities = append(d.PendingActivities, &workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: name}, State: state})
 	}
 	return d
 }
@@ -60,6 +67,7 @@ func TestSweepHostDestroysWhatNoWorkflowHolds(t *testing.T) {
 		runLease("released", "w-released"),             // a closed run left it to its lost host
 		runLease("gone", "w-gone"),                     // its workflow is past retention
 		runLease("creating", "w-creating"),             // its workflow is creating a lease
+		runLease("waiting", "w-waiting"),               // its workflow waits for a host with room: an orphan
 		runLease("inline", "w-inline"),                 // its workflow answers no StateQuery
 		{ID: "foreign", Status: sandbox.StatusRunning}, // not a run's
 		{ID: "dead", Status: sandbox.StatusDestroyed, Labels: runLease("", "w-gone").Labels},
@@ -67,32 +75,33 @@ func TestSweepHostDestroysWhatNoWorkflowHolds(t *testing.T) {
 	for wid, d := range map[string]*workflowservice.DescribeWorkflowExecutionResponse{
 		"w-held": described(running), "w-moved": described(running), "w-kept": described(closed),
 		"w-released": described(closed), "w-creating": described(running, activities.NameAcquireFreshLease),
-		"w-inline": described(running),
+		"w-waiting": described(running, "~"+activities.NameCreateLease),
+		"w-inline":  described(running),
 	} {
 		c.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(d, nil)
 	}
 	c.On("DescribeWorkflowExecution", mock.Anything, "w-gone", "").Return(nil, serviceerror.NewNotFound("gone"))
 	for wid, state := range map[string]State{
 		"w-held": {LeaseID: "held"}, "w-moved": {LeaseID: "elsewhere", LeaseHost: "h2"},
-		"w-kept": {LeaseID: "kept"}, "w-released": {LostLeases: []string{"released"}},
+		"w-kept": {LeaseID: "kept"}, "w-released": {LostLeases: []string{"released"}}, "w-waiting": {},
 	} {
 		c.On("QueryWorkflow", mock.Anything, wid, "", StateQuery).Return(answer{state}, nil)
 	}
 	c.On("QueryWorkflow", mock.Anything, "w-inline", "", StateQuery).Return(nil, serviceerror.NewQueryFailed("unknown queryType state"))
-	for _, id := range []string{"given-up", "released", "gone"} {
+	for _, id := range []string{"given-up", "released", "gone", "waiting"} {
 		provider.EXPECT().DestroyLease(gomock.Any(), id).Return(nil)
 	}
 
 	sweep, err := SweepHost(t.Context(), c, provider, time.Millisecond)
 	require.NoError(t, err)
-	assert.Equal(t, 7, sweep.Leases)
-	assert.ElementsMatch(t, []string{"given-up", "released", "gone"}, sweep.Destroyed)
+	assert.Equal(t, 8, sweep.Leases)
+	assert.ElementsMatch(t, []string{"given-up", "released", "gone", "waiting"}, sweep.Destroyed)
 	var kept []string
 	for _, k := range sweep.Kept {
 		kept = append(kept, k.ID)
 	}
 	assert.ElementsMatch(t, []string{"creating", "inline"}, kept)
-	c.AssertNumberOfCalls(t, "DescribeWorkflowExecution", 7+3) // the unheld are asked twice
+	c.AssertNumberOfCalls(t, "DescribeWorkflowExecution", 8+4) // the unheld are asked twice
 }
 
 func TestSweepHostKeepsALeaseThatIsHeldAtTheSecondLook(t *testing.T) {
