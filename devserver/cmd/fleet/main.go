@@ -11,6 +11,12 @@
 //
 //	make build && cd devserver && go run ./cmd/fleet -bin ../bin
 //
+// It also says what the runs cost where: the CPU time of each host's
+// processes (worker, sandboxd and the sandboxes it ran) and of this
+// process (the Temporal server) per run. With -lease-cost N it measures
+// instead what an idle lease costs a host: N leases made on one sandboxd,
+// their memory (PSS of sandboxd and every sandbox process) and disk.
+//
 // The exit status is 1 when any of that does not hold.
 package main
 
@@ -51,12 +57,17 @@ func main() {
 	capacity := flag.Int("host-capacity", 4, "leases each host holds at most")
 	runs := flag.Int("runs", 60, "commands of the placement round")
 	concurrency := flag.Int("concurrency", 8, "commands at once")
+	leaseCost := flag.Int("lease-cost", 0, "measure what N idle leases cost one host, instead of the demo")
 	flag.Parse()
 	d := &demo{bin: *bin, capacity: *capacity, failed: func(format string, args ...any) {
 		fmt.Printf("FAILED: "+format+"\n", args...)
 		failures++
 	}}
-	if err := d.run(context.Background(), *hosts, *runs, *concurrency); err != nil {
+	run := func(ctx context.Context) error { return d.run(ctx, *hosts, *runs, *concurrency) }
+	if *leaseCost > 0 {
+		run = func(ctx context.Context) error { return d.measureLeases(ctx, *leaseCost) }
+	}
+	if err := run(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(2)
 	}
@@ -124,11 +135,13 @@ func (d *demo) run(ctx context.Context, nHosts, runs, concurrency int) error {
 
 	// 1. Placement.
 	fmt.Printf("## 1. %d runs, %d at a time\n\n", runs, concurrency)
-	began := time.Now()
+	began, cpuBefore := time.Now(), d.cpu()
 	placed := d.runAll(ctx, runs, concurrency, "true")
-	fmt.Printf("%d runs in %s\n\n", runs, time.Since(began).Round(100*time.Millisecond))
+	d.checkClean(ctx, d.hosts) // every sandbox process reaped: its CPU time is counted
+	elapsed, cpuAfter := time.Since(began), d.cpu()
+	fmt.Printf("%d runs in %s\n\n", runs, elapsed.Round(100*time.Millisecond))
 	d.report(ctx, placed)
-	d.checkClean(ctx, d.hosts)
+	d.reportCPU(cpuBefore, cpuAfter, runs)
 
 	// 2. A host killed mid-run.
 	held := d.capacity*len(d.hosts) - 2 // more than the others can hold
@@ -209,7 +222,29 @@ func (d *demo) startHost(ctx context.Context, name string) (*host, error) {
 // startProcesses starts the host's sandboxd, waits until it answers, then
 // starts its worker.
 func (h *host) startProcesses(d *demo) error {
-	logs, err := os.OpenFile(filepath.Join(d.dir, h.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err := h.startSandboxd(d); err != nil {
+		return err
+	}
+	logs, err := h.logs(d)
+	if err != nil {
+		return err
+	}
+	h.worker = exec.Command(filepath.Join(d.bin, "worker"), "--host", h.name, "--host-capacity", strconv.Itoa(d.capacity),
+		"--sandbox-url", "http://"+h.listen, "--metrics-listen", "", "--log-level", "warn", "--stop-timeout", "0s")
+	h.worker.Env = append(os.Environ(), "SANDBOX_API_KEY="+h.key,
+		"TEMPORAL_ADDRESS="+d.stack.Temporal.FrontendHostPort(), "TEMPORAL_NAMESPACE="+d.stack.Temporal.Namespace(),
+		"HOME="+h.root) // no Temporal profile of this machine's user
+	h.worker.Stdout, h.worker.Stderr = logs, logs
+	return h.worker.Start()
+}
+
+func (h *host) logs(d *demo) (*os.File, error) {
+	return os.OpenFile(filepath.Join(d.dir, h.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+}
+
+// startSandboxd starts the host's sandboxd and waits until it answers.
+func (h *host) startSandboxd(d *demo) error {
+	logs, err := h.logs(d)
 	if err != nil {
 		return err
 	}
@@ -232,13 +267,7 @@ func (h *host) startProcesses(d *demo) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	h.worker = exec.Command(filepath.Join(d.bin, "worker"), "--host", h.name, "--host-capacity", strconv.Itoa(d.capacity),
-		"--sandbox-url", "http://"+h.listen, "--metrics-listen", "", "--log-level", "warn", "--stop-timeout", "0s")
-	h.worker.Env = append(os.Environ(), "SANDBOX_API_KEY="+h.key,
-		"TEMPORAL_ADDRESS="+d.stack.Temporal.FrontendHostPort(), "TEMPORAL_NAMESPACE="+d.stack.Temporal.Namespace(),
-		"HOME="+h.root) // no Temporal profile of this machine's user
-	h.worker.Stdout, h.worker.Stderr = logs, logs
-	return h.worker.Start()
+	return nil
 }
 
 // kill SIGKILLs the host's processes, the worker first.
@@ -254,7 +283,7 @@ func (h *host) kill() {
 func (d *demo) stopHosts() {
 	for _, h := range d.hosts {
 		for _, c := range []*exec.Cmd{h.worker, h.sandboxd} {
-			if c.ProcessState == nil {
+			if c != nil && c.ProcessState == nil {
 				c.Process.Signal(syscall.SIGTERM)
 				c.Wait()
 			}
@@ -403,6 +432,68 @@ func (d *demo) executes(ctx context.Context, r *run) (int, error) {
 	return n, nil
 }
 
+// cpuTimes are CPU times, by part: each host's worker and sandboxd (with
+// the sandboxes it ran), and this process (the Temporal server, and the
+// demo's client).
+type cpuTimes map[string]time.Duration
+
+func (d *demo) cpu() cpuTimes {
+	out := cpuTimes{"temporal": selfCPU()}
+	for _, h := range d.hosts {
+		out[h.name+" worker"] = procCPU(h.worker.Process.Pid)
+		out[h.name+" sandboxd"] = procCPU(h.sandboxd.Process.Pid)
+	}
+	return out
+}
+
+// reportCPU prints the CPU time per run of each part.
+func (d *demo) reportCPU(before, after cpuTimes, runs int) {
+	per := func(part string) time.Duration { return (after[part] - before[part]) / time.Duration(runs) }
+	fmt.Println("\nCPU time per run:")
+	fmt.Println("\n| part | per run |")
+	fmt.Println("|---|---:|")
+	var hosts time.Duration
+	for _, h := range d.hosts {
+		for _, part := range []string{h.name + " worker", h.name + " sandboxd"} {
+			hosts += per(part)
+		}
+	}
+	var workers, sandboxds time.Duration
+	for _, h := range d.hosts {
+		workers += per(h.name + " worker")
+		sandboxds += per(h.name + " sandboxd")
+	}
+	fmt.Printf("| workers (host mode) | %s |\n", workers.Round(100*time.Microsecond))
+	fmt.Printf("| sandboxd and its sandboxes | %s |\n", sandboxds.Round(100*time.Microsecond))
+	fmt.Printf("| a host, in all | %s |\n", hosts.Round(100*time.Microsecond))
+	fmt.Printf("| Temporal server (this process) | %s |\n", per("temporal").Round(100*time.Microsecond))
+}
+
+// procCPU is the CPU time of a process and of its children it reaped.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command, which is in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		n, _ := strconv.ParseInt(fields[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, which /proc/PID/stat counts in.
+const clockTicks = 100
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // checkClean waits until hosts hold no lease and no sandbox process runs
 // under their roots.
 func (d *demo) checkClean(ctx context.Context, hosts []*host) {
@@ -422,4 +513,136 @@ func (d *demo) checkClean(ctx context.Context, hosts []*host) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// measureLeases makes n idle leases on one sandboxd and prints what they
+// cost: the memory (PSS) of sandboxd and of every sandbox process, and
+// the disk under its root, before and after.
+func (d *demo) measureLeases(ctx context.Context, n int) error {
+	var err error
+	if d.dir, err = os.MkdirTemp("", "sandboxflow-lease-cost-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(d.dir)
+	h := &host{name: "host", root: filepath.Join(d.dir, "host"), key: rand.Text()}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	h.listen = "127.0.0.1:" + strconv.Itoa(port)
+	if h.provider, err = createos.New(createos.Config{BaseURL: "http://" + h.listen, APIKey: h.key}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.root, 0o711); err != nil {
+		return err
+	}
+	if err := h.startSandboxd(d); err != nil {
+		return err
+	}
+	d.hosts = []*host{h}
+	defer d.stopHosts()
+	root := filepath.Join(h.root, "sandbox")
+	memBefore, diskBefore := h.memory(root), diskUsage(root)
+	var leases []string
+	began := time.Now()
+	for range n {
+		lease, err := h.provider.CreateLease(ctx, sandbox.LeaseSpec{})
+		if err != nil {
+			return err
+		}
+		leases = append(leases, lease.ID)
+	}
+	created := time.Since(began)
+	time.Sleep(2 * time.Second) // let the inits settle
+	memAfter, diskAfter, groups := h.memory(root), diskUsage(root), cgroupMemory(root)
+	for _, id := range leases {
+		if err := h.provider.DestroyLease(ctx, id); err != nil {
+			return err
+		}
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	fmt.Printf("%d idle leases (default shape) on one sandboxd, made in %s (%s each)\n\n", n, created.Round(time.Millisecond), (created / time.Duration(n)).Round(time.Millisecond))
+	fmt.Println("| | before | after | per lease |")
+	fmt.Println("|---|---:|---:|---:|")
+	fmt.Printf("| memory (PSS of sandboxd and sandbox processes) | %s | %s | %s |\n", mib(memBefore), mib(memAfter), mib((memAfter-memBefore)/int64(n)))
+	if groups > 0 {
+		fmt.Printf("| memory charged to the leases' cgroups (processes, page cache, kernel) | | %s | %s |\n", mib(groups), mib(groups/int64(n)))
+	}
+	fmt.Printf("| disk under the root | %s | %s | %s |\n", mib(diskBefore), mib(diskAfter), mib((diskAfter-diskBefore)/int64(n)))
+	return nil
+}
+
+// cgroupMemory is the memory charged to the group of the sandboxd whose
+// root is root, with every lease's group below it (cgroup v1 or v2), as
+// /proc/PID/cgroup of a sandbox process places it; 0 without cgroups.
+func cgroupMemory(root string) int64 {
+	pids, _ := localsandbox.SandboxProcesses(root)
+	if len(pids) == 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		server := filepath.Dir(parts[2]) // the lease's group is below the server's
+		for _, file := range []string{
+			filepath.Join("/sys/fs/cgroup/memory", server, "memory.usage_in_bytes"), // v1
+			filepath.Join("/sys/fs/cgroup", server, "memory.current"),               // v2
+		} {
+			if (parts[1] == "memory" || parts[0] == "0") && file != "" {
+				if b, err := os.ReadFile(file); err == nil {
+					n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// memory is the PSS of the host's sandboxd and of every sandbox process
+// under root.
+func (h *host) memory(root string) int64 {
+	pids, _ := localsandbox.SandboxProcesses(root)
+	total := pss(h.sandboxd.Process.Pid)
+	for _, pid := range pids {
+		total += pss(pid)
+	}
+	return total
+}
+
+// pss is a process's proportional set size, in bytes.
+func pss(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// diskUsage is the space the files under root take (their blocks).
+func diskUsage(root string) int64 {
+	var total int64
+	filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		var st syscall.Stat_t
+		if syscall.Lstat(path, &st) == nil {
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total
 }
