@@ -95,15 +95,19 @@ func (w *world) describe(cfg config) string {
 	}
 	out := fmt.Sprintf(", a fleet of %d hosts of %d leases", len(w.hosts), cfg.capacity)
 	if cfg.killEvery > 0 {
-		out += fmt.Sprintf(", one killed every %s", cfg.killEvery)
+		out += fmt.Sprintf(", one at a time killed for %s, %s after the last came back", hostDown, cfg.killEvery)
 	}
 	return out
 }
 
-// killHosts kills a host every cfg.killEvery, in turn, and brings it back
-// half as long after, until the function it returns is called; that
-// brings back the host down, if any, and has every host sweep what no
-// workflow holds: the leases given up with a lost host, and the orphans of
+// hostDown is how long a killed host stays down: long enough for the runs
+// on it to find it lost, and the leases they held there to be given up.
+const hostDown = hostStart + hostHeartbeat + 5*time.Second
+
+// killHosts kills a host cfg.killEvery after the last one came back, in
+// turn, and brings it back hostDown later, until the function it returns
+// is called; that brings back the host down, if any, and has every host
+// sweep what no workflow holds: the leases given up with a lost host, and the orphans of
 // creates whose retry landed on another host.
 func (w *world) killHosts(cfg config) (stop func(context.Context) error) {
 	done := make(chan struct{})
@@ -123,7 +127,7 @@ func (w *world) killHosts(cfg config) (stop func(context.Context) error) {
 			w.kills++
 			select {
 			case <-done:
-			case <-time.After(cfg.killEvery / 2):
+			case <-time.After(hostDown):
 			}
 			fmt.Fprintf(os.Stderr, "chaos: %s returns\n", h.Name)
 			if err := h.Return(context.Background()); err != nil {

@@ -16,10 +16,11 @@
 // With -hosts N it soaks a fleet instead (stack.Host): N sandbox hosts on
 // one Temporal server, each a sandbox server of its own behind a fault
 // proxy of its own, and a worker in host mode; with -kill-every D, one
-// host at a time is killed every D (cut off, its server keeping what it
-// holds) and comes back D/2 later, so that runs lose their hosts mid-run:
+// host at a time is killed D after the last one came back (cut off, its
+// server keeping what it holds), and stays down until the runs on it have
+// lost it (hostDown), so that they compensate on the other hosts:
 //
-//	cd devserver && go run ./cmd/chaos -hosts 3 -kill-every 40s -runs 300 -fault-rate 0.1
+//	cd devserver && go run ./cmd/chaos -hosts 3 -kill-every 30s -runs 300 -fault-rate 0.1
 //
 // The exit status is 1 when a lease or a process leaked (on any host,
 // once every host is back and has swept), when a run's result was lost (it
@@ -63,7 +64,7 @@ func main() {
 	verbose := flag.Bool("v", false, "show the stack's warnings and list the typed failures")
 	hosts := flag.Int("hosts", 0, "soak a fleet of this many sandbox hosts (0: one sandbox server and a plain worker)")
 	capacity := flag.Int("host-capacity", 0, "with -hosts: the leases each host holds at most (0: enough for -concurrency on all but one host)")
-	killEvery := flag.Duration("kill-every", 0, "with -hosts: kill a host this often, and bring it back half as long after (0: never)")
+	killEvery := flag.Duration("kill-every", 0, "with -hosts: kill a host this long after the last one came back; it stays down until its runs have lost it (0: never)")
 	flag.Parse()
 	if *runs < 1 || *concurrency < 1 || *rate < 0 || *rate > 1 || *hosts < 0 || (*killEvery > 0 && *hosts < 2) {
 		fmt.Fprintln(os.Stderr, "chaos: -runs and -concurrency must be positive, -fault-rate between 0 and 1; -kill-every needs -hosts 2 or more")
@@ -212,22 +213,31 @@ func runOne(ctx context.Context, c client.Client, cfg config, i int, o *outcome)
 	_, o.err = runresult.Get(ctx, c, run, &o.result)
 }
 
+// On a fleet, a host that takes no work on its leases for hostStart counts
+// as lost, and so does a command whose worker misses its heartbeats for
+// hostHeartbeat: a run finds its host lost within their sum.
+const (
+	hostStart     = 10 * time.Second
+	hostHeartbeat = 10 * time.Second
+)
+
 // fastActivities keeps the documented retry counts with short intervals,
-// so that a soak of hundreds of runs takes minutes; on a fleet, a host that
-// takes no work for hostStart counts as lost.
+// so that a soak of hundreds of runs takes minutes; on a fleet, a run
+// finds its host lost within hostStart + hostHeartbeat.
 func fastActivities(fleet bool) *workflows.ActivityOverrides {
 	retry := func(attempts int32) *temporal.RetryPolicy {
 		return &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 2 * time.Second, MaximumAttempts: attempts}
 	}
-	var hostStart time.Duration
+	var onHostStart time.Duration
+	executeHeartbeat := 20 * time.Second
 	if fleet {
-		hostStart = 15 * time.Second
+		onHostStart, executeHeartbeat = hostStart, hostHeartbeat
 	}
 	lease := &workflows.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, HeartbeatTimeout: 20 * time.Second, RetryPolicy: retry(5)}
 	return &workflows.ActivityOverrides{
 		CreateLease:       lease,
 		AcquireFreshLease: lease,
-		Execute:           &workflows.ActivityOptions{StartToCloseTimeout: 3 * time.Minute, HeartbeatTimeout: 20 * time.Second, RetryPolicy: retry(4), ScheduleToStartTimeout: hostStart},
-		DestroyLease:      &workflows.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 20 * time.Second, RetryPolicy: retry(0), ScheduleToStartTimeout: hostStart},
+		Execute:           &workflows.ActivityOptions{StartToCloseTimeout: 3 * time.Minute, HeartbeatTimeout: executeHeartbeat, RetryPolicy: retry(4), ScheduleToStartTimeout: onHostStart},
+		DestroyLease:      &workflows.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 20 * time.Second, RetryPolicy: retry(0), ScheduleToStartTimeout: onHostStart},
 	}
 }

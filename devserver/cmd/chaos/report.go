@@ -329,7 +329,7 @@ func (r *report) print(w io.Writer, cfg config) {
 	if cfg.hosts > 0 {
 		fmt.Fprintf(w, ", %d hosts of %d leases", cfg.hosts, cfg.capacity)
 		if cfg.killEvery > 0 {
-			fmt.Fprintf(w, ", one killed every %s", cfg.killEvery)
+			fmt.Fprintf(w, ", one at a time killed for %s, %s after the last came back", hostDown, cfg.killEvery)
 		}
 	}
 	fmt.Fprint(w, "\n\n")
