@@ -49,7 +49,7 @@ test-devserver:
 	cd devserver && $(GO) test -race -timeout 20m ./...
 	$(MAKE) fleet-test
 
-## fleet-test: three sandbox hosts on one Temporal server, one lost mid-run (a few minutes; without the race detector, which slows nine workers, three sandbox servers and Temporal in one process past their timeouts: see devserver/reliability/fleet_test.go)
+## fleet-test: three sandbox hosts on one Temporal server, one lost mid-run; part of test (65 s on 2 cores; without the race detector, under which it takes 6 min: see devserver/reliability/fleet_test.go)
 fleet-test:
 	cd devserver && $(GO) test -count=1 -timeout 10m -run TestAFleet ./reliability/
 
