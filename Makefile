@@ -22,7 +22,7 @@ if ! command -v $(2) >/dev/null; then \
 fi
 endef
 
-.PHONY: run dev test test-root test-devserver vet build bench chaos webui-check generate clean
+.PHONY: run dev test test-root test-devserver fleet-test vet build bench chaos fleet webui-check generate clean
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
 run: bin/devserver
@@ -37,7 +37,7 @@ dev: bin/devserver
 bin/devserver:
 	cd devserver && $(GO) build -o ../bin/devserver .
 
-## test: vet and race-test both modules (the library, then the devserver module with the e2e tests and the reliability matrix)
+## test: vet and race-test both modules (the library, then the devserver module with the e2e tests and the reliability matrix), then the fleet test
 test: test-root test-devserver
 
 test-root:
@@ -47,6 +47,11 @@ test-root:
 test-devserver:
 	cd devserver && $(GO) vet ./...
 	cd devserver && $(GO) test -race -timeout 20m ./...
+	$(MAKE) fleet-test
+
+## fleet-test: three sandbox hosts on one Temporal server, one lost mid-run; part of test (65 s on 2 cores; without the race detector, under which it takes 6 min: see devserver/reliability/fleet_test.go)
+fleet-test:
+	cd devserver && $(GO) test -count=1 -timeout 10m -run TestAFleet ./reliability/
 
 vet:
 	$(GO) vet ./...
@@ -66,6 +71,10 @@ bench:
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost
 chaos:
 	cd devserver && $(GO) run ./cmd/chaos -runs $(RUNS) -fault-rate $(FAULT_RATE)
+
+## fleet: three sandboxd + host-mode worker processes on one embedded Temporal server; 60 runs spread over them, then one host SIGKILLed mid-run
+fleet: build
+	cd devserver && $(GO) run ./cmd/fleet -bin ../bin
 
 ## webui-check: in headless Chromium (installed if missing), open a compensated, encrypted run and a running one in the embedded Web UI; check its pages show them decoded, the running command's live output among them; save docs/webui-compensated.png
 webui-check:

@@ -53,6 +53,19 @@ type Activities struct {
 	// HeartbeatInterval overrides DefaultHeartbeatInterval. Either is
 	// capped at a third of each activity's heartbeat timeout.
 	HeartbeatInterval time.Duration
+	// Host names the sandbox host whose server Provider is, when sandboxes
+	// are spread over a fleet of hosts (see the workflows package, "Fleets
+	// of sandbox hosts"): every lease the activities return carries it
+	// (sandbox.Lease.Host), so that the workflow sends the work on that
+	// lease to this host. Empty when Provider is a service that every
+	// worker shares.
+	Host string
+}
+
+// onHost returns lease marked as living on the worker's host.
+func (a *Activities) onHost(lease sandbox.Lease) sandbox.Lease {
+	lease.Host = a.Host
+	return lease
 }
 
 // Registry is where activities are registered: a worker.Worker or a

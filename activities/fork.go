@@ -20,6 +20,11 @@ type ForkLeaseInput struct {
 	// as the run's first generation, so that the run's release (a
 	// DestroyLease with this RunKey) sweeps a fork whose answer was lost.
 	RunKey string `json:"runKey"`
+	// WorkflowID is the workflow that will hold the fork (a forked
+	// session), its LabelWorkflowID, by which a fleet host's sweep asks
+	// whether it is still held (workflows.SweepHost). Empty means the
+	// workflow that runs this activity.
+	WorkflowID string `json:"workflowId,omitempty"`
 }
 
 // ForkLease forks a paused lease into a new lease labelled with the run of
@@ -51,12 +56,15 @@ func (a *Activities) ForkLease(ctx context.Context, in ForkLeaseInput) (sandbox.
 	}
 	spec := in.Spec
 	spec.Labels = runLabels(ctx, spec.Labels, in.RunKey, 0)
+	if in.WorkflowID != "" {
+		spec.Labels[LabelWorkflowID] = in.WorkflowID
+	}
 	lease, err := a.Provider.ForkLease(ctx, in.SourceID, spec)
 	if err != nil {
 		return sandbox.Lease{}, fail(ctx, a.destroyHalfMade(ctx, err))
 	}
 	meterOf(ctx).leaseCreated()
-	return lease, nil
+	return a.onHost(lease), nil
 }
 
 // SetEgressInput replaces the egress rules of a lease.

@@ -158,7 +158,7 @@ func (a *Activities) create(ctx context.Context, spec sandbox.LeaseSpec) (sandbo
 		lease, err := a.Provider.CreateLease(ctx, spec)
 		if err == nil {
 			meterOf(ctx).leaseCreated()
-			return lease, nil
+			return a.onHost(lease), nil
 		}
 		err = a.destroyHalfMade(ctx, err)
 		var gone *sandbox.LeaseGoneError

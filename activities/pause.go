@@ -29,7 +29,7 @@ func (a *Activities) PauseLease(ctx context.Context, in LeaseInput) (sandbox.Lea
 		return sandbox.Lease{}, classify(err)
 	}
 	lease, err := a.settle(ctx, in.LeaseID)
-	return lease, classify(err)
+	return a.onHost(lease), classify(err)
 }
 
 // ResumeLease thaws a paused lease and returns once it runs again: the
@@ -47,7 +47,7 @@ func (a *Activities) ResumeLease(ctx context.Context, in LeaseInput) (sandbox.Le
 		return sandbox.Lease{}, classify(err)
 	}
 	if lease.Status == sandbox.StatusRunning {
-		return lease, nil
+		return a.onHost(lease), nil
 	}
 	if err := a.Provider.ResumeLease(ctx, in.LeaseID); err != nil {
 		return sandbox.Lease{}, classify(err)
@@ -58,7 +58,7 @@ func (a *Activities) ResumeLease(ctx context.Context, in LeaseInput) (sandbox.Le
 	if lease.Status != sandbox.StatusRunning {
 		return sandbox.Lease{}, classify(&sandbox.LeaseGoneError{LeaseID: lease.ID, Status: lease.Status})
 	}
-	return lease, nil
+	return a.onHost(lease), nil
 }
 
 // settle polls a lease until it is no longer between two states. The

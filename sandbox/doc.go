@@ -21,12 +21,13 @@
 //	*InvalidInputError        SandboxInvalidInput        no         the request was rejected before anything was sent
 //	*APIError                 SandboxAPIError            5xx, 429   the server answered with a failure status
 //	*LeaseGoneError           SandboxLeaseGone           no         the lease no longer exists
+//	*HostLostError            SandboxHostLost            no         the lease's host (on a fleet) took no work in time
 //	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
 //	*PaymentRequiredError     SandboxPaymentRequired     no         the account has no credit (HTTP 402)
 //
 // The table is [Kinds], the one place that says which failure is retried
-// and which leaves the lease unusable (Cleanup and LeaseGone: destroy the
-// lease, take a fresh one); [Retryable], [NonRetryableTypes] (a retry
+// and which leaves the lease unusable (Cleanup, LeaseGone and HostLost:
+// give the lease up, take a fresh one); [Retryable], [NonRetryableTypes] (a retry
 // policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and so do
 // the activities and the workflows.
 //

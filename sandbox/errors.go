@@ -17,6 +17,7 @@ const (
 	TypeLeaseGone           = "SandboxLeaseGone"
 	TypeUnavailable         = "SandboxUnavailable"
 	TypePaymentRequired     = "SandboxPaymentRequired"
+	TypeHostLost            = "SandboxHostLost"
 )
 
 // CleanupReason says which cleanup could not be confirmed.
@@ -216,6 +217,28 @@ func (e *LeaseGoneError) Error() string {
 	}
 	return fmt.Sprintf("sandbox %s is gone", e.LeaseID)
 }
+
+// HostLostError means the host that holds a lease is lost: on a fleet of
+// sandbox hosts, nobody took the lease's work on that host in time (its
+// worker and sandbox server are gone, or cut off). The lease is as good as
+// gone to whoever uses it: take a fresh one on another host. It may still
+// exist on the host, which sweeps it when it returns.
+type HostLostError struct {
+	Host    string
+	LeaseID string
+	// Err is how the loss showed, when known.
+	Err error
+}
+
+func (e *HostLostError) Error() string {
+	msg := fmt.Sprintf("host %s of sandbox %s is lost", e.Host, e.LeaseID)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *HostLostError) Unwrap() error { return e.Err }
 
 // UnavailableError means the server could not be reached, or did not answer
 // in time. Its text never contains a URL.

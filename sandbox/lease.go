@@ -201,6 +201,28 @@ type Lease struct {
 	Workspace string `json:"workspace,omitempty"`
 	// Labels are the labels the sandbox carries, when the provider reports them.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Host names the sandbox host the lease lives on, when sandboxes are
+	// spread over a fleet of hosts, each with its own sandbox server: the
+	// lease exists on that host only, and work on it must go there. Empty
+	// when one sandbox service serves every worker (the hosted service, or
+	// one sandboxd). Providers leave it empty; whoever knows the host sets
+	// it.
+	Host string `json:"host,omitempty"`
+}
+
+// MaxHostName is the longest host name (Lease.Host).
+const MaxHostName = 64
+
+var hostNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// CheckHostName returns an *InvalidInputError naming field when name is
+// not a host name: 1 to MaxHostName letters, digits, dots, underscores and
+// hyphens, starting with a letter or digit.
+func CheckHostName(field, name string) error {
+	if len(name) > MaxHostName || !hostNamePattern.MatchString(name) {
+		return &InvalidInputError{Field: field, Reason: fmt.Sprintf("must be 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", MaxHostName)}
+	}
+	return nil
 }
 
 // Provider leases sandboxes and runs commands in them. Implementations must be

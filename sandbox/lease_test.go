@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,14 @@ func TestForkUnconfirmedNamesTheSourceAndIsNotRetried(t *testing.T) {
 	assert.Equal(t, "sandbox sb-1: the fork could not be confirmed; a sandbox forked from it may exist: find it by its labels", err.Error())
 	assert.False(t, Retryable(err))
 	assert.True(t, IsCleanupError(err))
+}
+
+func TestCheckHostName(t *testing.T) {
+	for _, ok := range []string{"h1", "host-a.example.com", "A_1", strings.Repeat("x", MaxHostName)} {
+		assert.NoError(t, CheckHostName("host", ok), ok)
+	}
+	for _, bad := range []string{"", "-h", ".h", "h/1", "h 1", "h\n", strings.Repeat("x", MaxHostName+1)} {
+		var invalid *InvalidInputError
+		assert.ErrorAs(t, CheckHostName("host", bad), &invalid, "%q", bad)
+	}
 }

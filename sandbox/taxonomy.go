@@ -46,6 +46,7 @@ var kinds = []Kind{
 	{Type: TypeProtocol, Retry: RetryNever, is: has[*ProtocolError]},
 	{Type: TypeInvalidInput, Retry: RetryNever, is: has[*InvalidInputError]},
 	{Type: TypeLeaseGone, Retry: RetryNever, LeaseUnusable: true, is: has[*LeaseGoneError]},
+	{Type: TypeHostLost, Retry: RetryNever, LeaseUnusable: true, is: has[*HostLostError]},
 	{Type: TypePaymentRequired, Retry: RetryNever, is: has[*PaymentRequiredError]},
 	{Type: TypeAPI, Retry: RetryByStatus, is: has[*APIError]},
 	{Type: TypeUnavailable, Retry: RetryAlways, is: has[*UnavailableError]},
@@ -141,7 +142,7 @@ func Retryable(err error) bool {
 }
 
 // LeaseUnusable reports whether err leaves the lease it happened on
-// unusable (a cleanup error, a lease that is gone): destroy the lease and
+// unusable (a cleanup error, a lease that is gone, a lost host): destroy the lease and
 // take a fresh one, never retry on it.
 func LeaseUnusable(err error) bool {
 	k, _, ok := kindOf(err)
@@ -177,6 +178,9 @@ func IsAPIError(err error) bool { return ErrorType(err) == TypeAPI }
 
 // IsLeaseGoneError: the lease no longer exists (SandboxLeaseGone).
 func IsLeaseGoneError(err error) bool { return ErrorType(err) == TypeLeaseGone }
+
+// IsHostLostError: the host of the lease is lost (SandboxHostLost).
+func IsHostLostError(err error) bool { return ErrorType(err) == TypeHostLost }
 
 // IsUnavailableError: the server could not be reached or did not answer in
 // time (SandboxUnavailable).

@@ -22,7 +22,7 @@ func (n *named) Type() string       { return n.typ }
 func (n *named) NonRetryable() bool { return n.nonRetryable }
 
 func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
-	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypePaymentRequired},
+	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypeHostLost, TypePaymentRequired},
 		NonRetryableTypes())
 	var unusable []string
 	for _, k := range Kinds() {
@@ -30,9 +30,10 @@ func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
 			unusable = append(unusable, k.Type)
 		}
 	}
-	assert.Equal(t, []string{TypeCleanup, TypeLeaseGone}, unusable)
+	assert.Equal(t, []string{TypeCleanup, TypeLeaseGone, TypeHostLost}, unusable)
 	assert.True(t, LeaseUnusable(fmt.Errorf("x: %w", &CleanupError{LeaseID: "sb"})))
 	assert.True(t, LeaseUnusable(&LeaseGoneError{LeaseID: "sb"}))
+	assert.True(t, LeaseUnusable(&HostLostError{Host: "h1", LeaseID: "sb"}))
 	assert.False(t, LeaseUnusable(&ProtocolError{Kind: SequenceGap}))
 	assert.False(t, LeaseUnusable(nil))
 }
@@ -66,6 +67,7 @@ func TestIsHelpersSeeTypedAndNamedErrors(t *testing.T) {
 		{IsInvalidInputError, &InvalidInputError{Field: "argv"}, TypeInvalidInput},
 		{IsAPIError, &APIError{Status: 500}, TypeAPI},
 		{IsLeaseGoneError, &LeaseGoneError{LeaseID: "sb"}, TypeLeaseGone},
+		{IsHostLostError, &HostLostError{Host: "h1", LeaseID: "sb"}, TypeHostLost},
 		{IsUnavailableError, &UnavailableError{Operation: "x"}, TypeUnavailable},
 		{IsPaymentRequiredError, &PaymentRequiredError{Operation: "x"}, TypePaymentRequired},
 	} {

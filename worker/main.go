@@ -8,6 +8,15 @@
 // stop it gracefully: running commands are left running and the next
 // attempt, on another worker, re-attaches to them.
 //
+// With --host NAME (SANDBOXFLOW_HOST) it runs as one sandbox host of a
+// fleet, each host with its own sandbox server (--sandbox-url) and the
+// same Temporal namespace and --task-queue: it takes new leases only while
+// it holds fewer than --host-capacity, runs the work on its leases on a
+// task queue of its own, and sweeps, when it starts and every
+// --sweep-interval, the leases on its server that no workflow holds
+// (package workflows, "Fleets of sandbox hosts"). SIGUSR1 drains it: it
+// takes no new lease, and exits once it holds none.
+//
 // It serves Prometheus metrics at /metrics on --metrics-listen
 // (SANDBOXFLOW_METRICS_LISTEN, default 127.0.0.1:9090; empty: none), and
 // encrypts every payload it writes to history when SANDBOXFLOW_CODEC_KEYS or
@@ -20,6 +29,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
@@ -67,6 +78,11 @@ func main() {
 	}
 	defer c.Close()
 
+	if cfg.Host != "" {
+		cfg.Logger = logger
+		runHost(c, *cfg, logger)
+		return
+	}
 	w, err := workerapp.New(c, *cfg)
 	if err != nil {
 		fatal("%v", err)
@@ -74,6 +90,33 @@ func main() {
 	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "encryption", keys)
 	if err := w.Run(worker.InterruptCh()); err != nil {
 		fatal("%v", err)
+	}
+}
+
+// runHost runs the worker in host mode until SIGINT or SIGTERM, or until
+// a drain (SIGUSR1) leaves the host without a lease.
+func runHost(c client.Client, cfg workerapp.Config, logger *slog.Logger) {
+	h, err := workerapp.NewHost(c, cfg)
+	if err != nil {
+		fatal("%v", err)
+	}
+	if err := h.Start(); err != nil {
+		fatal("%v", err)
+	}
+	defer h.Stop()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
+	for {
+		select {
+		case <-h.Drained():
+			logger.Info("drained: no lease left")
+			return
+		case sig := <-signals:
+			if sig != syscall.SIGUSR1 {
+				return
+			}
+			h.Drain()
+		}
 	}
 }
 

@@ -43,9 +43,11 @@ func isType(err error, typ string) bool {
 // SessionWorkflow alike (package documentation, "Compensation"). It owns:
 //
 //   - whether a failure leaves the lease unusable: sandbox.LeaseUnusable,
-//     that is SandboxCleanupError or SandboxLeaseGone (unusable);
-//   - giving such a lease up: it is destroyed and never used again
-//     (giveUp), whatever the budget;
+//     that is SandboxCleanupError, SandboxLeaseGone or SandboxHostLost
+//     (unusable);
+//   - giving such a lease up: it is destroyed — or, when its host is lost,
+//     left to that host's sweep — and never used again (giveUp), whatever
+//     the budget;
 //   - the budget: each command may take MaxFreshLeases fresh leases, each
 //     counted in State.FreshLeases when it is taken (replace);
 //   - the typed error once the budget is spent: SandboxCompensationExhausted
@@ -75,8 +77,9 @@ func (c *compensation) unusable(err error) bool { return sandbox.LeaseUnusable(e
 // begin starts the budget of a command.
 func (c *compensation) begin() { c.spent = 0 }
 
-// giveUp destroys the lease in use after err made it unusable. A run
-// without a lease (its acquisition failed so) has nothing to destroy.
+// giveUp destroys the lease in use after err made it unusable, or
+// abandons it when err is its host's loss. A run without a lease (its
+// acquisition failed so) has nothing to destroy.
 func (c *compensation) giveUp(ctx workflow.Context, err error) error {
 	r := c.r
 	c.cause = err
@@ -85,13 +88,16 @@ func (c *compensation) giveUp(ctx workflow.Context, err error) error {
 	if r.lease == nil {
 		return nil
 	}
-	id := r.lease.ID
+	lease := *r.lease
 	r.setPhase(ctx, PhaseCompensating)
-	if err := r.destroy(ctx, id); err != nil {
+	if sandbox.IsHostLostError(err) {
+		// Nobody would take a DestroyLease on that host.
+		r.abandon(ctx, lease, err)
+	} else if err := r.destroy(ctx, lease); err != nil {
 		return err
 	}
-	r.lease, c.replaced = nil, id
-	r.setLease(ctx, "")
+	r.lease, c.replaced = nil, lease.ID
+	r.setLease(ctx, sandbox.Lease{})
 	return nil
 }
 

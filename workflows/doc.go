@@ -18,10 +18,12 @@
 // SessionWorkflow, written once (compensation.go):
 //
 //   - A lease is unusable after a SandboxCleanupError (it may hold an
-//     orphan process) or a SandboxLeaseGone: sandbox.LeaseUnusable, read
-//     from the sandbox taxonomy (sandbox.Kinds). It is destroyed at once
-//     and never used again, whatever the budget — in a session also when
-//     it is found gone on resume or while idle.
+//     orphan process), a SandboxLeaseGone or a SandboxHostLost (on a
+//     fleet, below): sandbox.LeaseUnusable, read from the sandbox taxonomy
+//     (sandbox.Kinds). It is destroyed at once — or, when its host is
+//     lost, left to that host's sweep (LostLeases) — and never used again,
+//     whatever the budget; in a session also when it is found gone on
+//     resume or while idle.
 //   - A fresh lease (AcquireFreshLease: any lease after the run's first)
 //     then replaces it. Each command may take MaxFreshLeases of them (2 by
 //     default; a negative value disables compensation); they are counted
@@ -43,6 +45,9 @@
 //	SandboxCleanupError (creation or          compensation            fresh lease, command runs again
 //	  termination unconfirmed)
 //	SandboxLeaseGone (lease vanished)         compensation            fresh lease, command runs again
+//	SandboxHostLost (on a fleet, the lease's  compensation            fresh lease on another host, command
+//	  host took no work in time)                                      runs again; the lease is left to its
+//	                                                                  host's sweep (LostLeases)
 //	compensation used up                      —                       fails: SandboxCompensationExhausted,
 //	                                                                  every lease destroyed
 //	OutputConnectionError (output stream      Execute retry policy    tree killed, command runs again on
@@ -75,6 +80,11 @@
 //	  SetEgress (sessions)
 //	ForkLease          10 min                30 s       5 attempts, 1 s → 30 s
 //	  (sessions)
+//
+// On a fleet, every activity on a lease also waits at most
+// DefaultHostStartTimeout (1 min) for its host to take it
+// (ScheduleToStartTimeout), and a placement as long as it takes for a host
+// with room.
 //
 // Every non-retryable type of the sandbox taxonomy is also listed in the
 // retry policies' NonRetryableErrorTypes; activities mark each failure
@@ -125,6 +135,51 @@
 // (AttachSession): workflows send Updates through the UpdateSession
 // activity. Go code uses SessionClient (StartSession, AttachSessionClient).
 //
+// # Fleets of sandbox hosts
+//
+// One sandbox service shared by every worker (the hosted service, or one
+// sandboxd) needs nothing more. A fleet of hosts, each running its own
+// sandboxd, does: a lease exists on one host only. Run a worker in host
+// mode on each host (the worker binary's --host NAME: internal/workerapp),
+// all on the same Temporal namespace and task queue — the fleet's shared
+// queue, where the workflows run — and nothing changes for callers of
+// RunCommand, Run and sessions. The routing policy, written once
+// (fleet.go):
+//
+//	activity                            task queue
+//	CreateLease, AcquireFreshLease      PlacementTaskQueue(shared): any host with room,
+//	  (placement)                         whichever polls first
+//	every activity on a lease           HostTaskQueue(shared, lease.Host): the lease's host,
+//	  (Execute, DestroyLease, pause,      with a schedule-to-start timeout
+//	  resume, fork, egress)               (DefaultHostStartTimeout)
+//	UpdateSession                       the workflow's own queue
+//
+// The activities of a host-mode worker name their host on every lease they
+// return (sandbox.Lease.Host), so the host travels with the lease: in a
+// session's state across continue-as-new, into a forked session (the fork
+// lives on its source's host), in Result.LeaseHost. A request naming an
+// existing lease on a fleet names its host too (Request.LeaseHost);
+// without it the run fails as SandboxInvalidInput. Off a fleet, a lease
+// names no host and every activity runs where it always did.
+//
+// Placement is Temporal's: a host polls the placement queue only while it
+// holds fewer leases than its capacity, so a full host takes no create and
+// a draining one none at all.
+//
+// A host that dies (or is cut off) takes no more work: an activity on its
+// queue times out on schedule-to-start — a command it was running first
+// misses its heartbeats, and its retry waits there — and fails as
+// SandboxHostLost. Compensation gives the lease up without a DestroyLease
+// that nobody would take (LostLeases), and runs the command again on a
+// fresh lease from another host: a command whose host is lost may have
+// run there, so it runs once more per host lost, like after an
+// unconfirmed kill. A release whose host is lost ends the run (the lease
+// goes to LostLeases; the state no longer names it) instead of waiting a
+// day. Nothing sweeps a dead host, so nothing hangs on it: when the host
+// comes back, its worker sweeps the leases no workflow holds (SweepHost),
+// as it does every so often anyway — among them the orphans of creates
+// whose answer was lost while the retry landed elsewhere.
+//
 // # In the Web UI
 //
 // Every activity carries a summary ("execute `make test` in lease sbx-1"),
@@ -139,9 +194,11 @@
 //	workflow code (deterministic)   runcommand.go, session.go, compensation.go,
 //	                                session_answers.go, session_egress.go,
 //	                                session_fork.go, session_handle.go (Session),
-//	                                state.go, options.go, request.go, session_types.go
+//	                                state.go, options.go, request.go, session_types.go,
+//	                                fleet.go (where every activity runs)
 //	the UpdateSession activity      activity_updatesession.go
-//	Go client helpers               client.go (SessionClient, StartSession)
+//	Go client helpers               client.go (SessionClient, StartSession),
+//	                                fleet_sweep.go (SweepHost)
 //
 // # Changing the workflow
 //

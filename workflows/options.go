@@ -37,8 +37,17 @@ func (o *ActivityOverrides) execute() *ActivityOptions {
 // ActivityOptions are the options of one activity that a request may
 // override.
 type ActivityOptions struct {
-	TaskQueue              string                `json:"taskQueue,omitempty"`
-	ScheduleToCloseTimeout time.Duration         `json:"scheduleToCloseTimeout,omitempty"`
+	// TaskQueue moves the activity to another task queue. On a fleet of
+	// sandbox hosts the fleet decides: an activity on a lease runs on its
+	// host's queue, a placement on the placement queue (fleet.go).
+	TaskQueue              string        `json:"taskQueue,omitempty"`
+	ScheduleToCloseTimeout time.Duration `json:"scheduleToCloseTimeout,omitempty"`
+	// ScheduleToStartTimeout, on a fleet, is how long an activity on a
+	// lease waits for the lease's host to take it before the host counts
+	// as lost (DefaultHostStartTimeout when zero). Set on CreateLease or
+	// AcquireFreshLease, it bounds the wait for a host with room, which is
+	// otherwise unbounded.
+	ScheduleToStartTimeout time.Duration         `json:"scheduleToStartTimeout,omitempty"`
 	StartToCloseTimeout    time.Duration         `json:"startToCloseTimeout,omitempty"`
 	HeartbeatTimeout       time.Duration         `json:"heartbeatTimeout,omitempty"`
 	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
@@ -118,6 +127,9 @@ func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.Activity
 	}
 	if o.ScheduleToCloseTimeout > 0 {
 		base.ScheduleToCloseTimeout = o.ScheduleToCloseTimeout
+	}
+	if o.ScheduleToStartTimeout > 0 {
+		base.ScheduleToStartTimeout = o.ScheduleToStartTimeout
 	}
 	if o.StartToCloseTimeout > 0 {
 		base.StartToCloseTimeout = o.StartToCloseTimeout

@@ -26,6 +26,11 @@ type Request struct {
 	// creating one. If that lease turns out to be unusable, compensation
 	// replaces it with a fresh lease made from Lease, like any other.
 	LeaseID string `json:"leaseId,omitempty"`
+	// LeaseHost is the host of LeaseID when sandboxes are spread over a
+	// fleet of hosts (Result.LeaseHost of the run that kept the lease);
+	// there, a LeaseID without it fails as SandboxInvalidInput. Leave it
+	// empty otherwise.
+	LeaseHost string `json:"leaseHost,omitempty"`
 	// MaxFreshLeases bounds compensation: how many fresh leases the
 	// command may take to replace an unusable one. Zero means
 	// DefaultMaxFreshLeases; a negative value disables compensation.
@@ -46,10 +51,8 @@ func (r Request) Validate() error {
 	if err := r.Lease.Validate(); err != nil {
 		return err
 	}
-	if r.LeaseID != "" {
-		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
-			return err
-		}
+	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
+		return err
 	}
 	for variable, secret := range r.SecretEnv {
 		if !sandbox.ValidEnvName(variable) {
@@ -82,9 +85,30 @@ type Result struct {
 	// LeaseID is the lease the command ran on (destroyed by now unless
 	// Request.KeepLease).
 	LeaseID string `json:"leaseId"`
+	// LeaseHost is the host LeaseID lived on, on a fleet of sandbox hosts.
+	LeaseHost string `json:"leaseHost,omitempty"`
 	// FreshLeases counts the fresh leases taken to replace an unusable
 	// one (compensation).
 	FreshLeases int `json:"freshLeases"`
 	// DestroyedLeases lists every lease the run destroyed, in order.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// LostLeases lists the leases the run gave up with their lost host,
+	// without destroying them: the host sweeps them when it returns.
+	LostLeases []string `json:"lostLeases,omitempty"`
+}
+
+// checkLease checks an existing lease named by a request, if any.
+func checkLease(id, host string) error {
+	switch {
+	case id != "":
+		if err := sandbox.CheckID("leaseId", id); err != nil {
+			return err
+		}
+	case host != "":
+		return &sandbox.InvalidInputError{Field: "leaseHost", Reason: "names the host of leaseId, which is empty"}
+	}
+	if host != "" {
+		return sandbox.CheckHostName("leaseHost", host)
+	}
+	return nil
 }

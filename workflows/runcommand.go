@@ -115,8 +115,8 @@ func newRun(req Request, runKey string) *run {
 	}
 	r.compensation = compensation{r: r, max: r.state.MaxFreshLeases}
 	if req.LeaseID != "" {
-		r.lease = &sandbox.Lease{ID: req.LeaseID}
-		r.state.LeaseID = req.LeaseID
+		r.lease = &sandbox.Lease{ID: req.LeaseID, Host: req.LeaseHost}
+		r.state.LeaseID, r.state.LeaseHost = req.LeaseID, req.LeaseHost
 		r.nextGeneration = 1
 	}
 	return r
@@ -126,13 +126,17 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 	if err := r.req.Validate(); err != nil {
 		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
 	}
+	if err := checkLeaseHost(ctx, r.lease); err != nil {
+		return Result{}, err
+	}
 	result, err := r.runWithCompensation(ctx)
 	if err == nil {
-		result.LeaseID = r.state.LeaseID
+		result.LeaseID, result.LeaseHost = r.state.LeaseID, r.state.LeaseHost
 		result.FreshLeases = r.state.FreshLeases
 		if r.resultKnown != nil {
 			known := result
 			known.DestroyedLeases = slices.Clone(r.state.DestroyedLeases)
+			known.LostLeases = slices.Clone(r.state.LostLeases)
 			r.resultKnown(known)
 		}
 	}
@@ -151,6 +155,7 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 		return Result{}, err
 	}
 	result.DestroyedLeases = slices.Clone(r.state.DestroyedLeases)
+	result.LostLeases = slices.Clone(r.state.LostLeases)
 	return result, nil
 }
 
@@ -202,8 +207,8 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 		r.setPhase(ctx, PhaseCreatingLease)
 		opts := r.options.createLease
 		opts.Summary = "create lease" + describeSpec(r.req.Lease)
-		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameCreateLease,
-			activities.CreateLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
+		err = executeActivity(ctx, opts, sandbox.Lease{}, activities.NameCreateLease,
+			activities.CreateLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}, &lease)
 	} else {
 		r.setPhase(ctx, PhaseCompensating)
 		opts := r.options.acquireFreshLease
@@ -214,17 +219,17 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 		if replacing != "" {
 			opts.Summary += " replacing " + replacing
 		}
-		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameAcquireFreshLease,
+		err = executeActivity(ctx, opts, sandbox.Lease{}, activities.NameAcquireFreshLease,
 			// No Replacing: the lease given up is destroyed already
 			// (compensation.giveUp); destroying it again on every attempt
 			// would only cost requests.
-			activities.AcquireFreshLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}).Get(ctx, &lease)
+			activities.AcquireFreshLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}, &lease)
 	}
 	if err != nil {
 		return err
 	}
 	r.lease = &lease
-	r.setLease(ctx, lease.ID)
+	r.setLease(ctx, lease)
 	return nil
 }
 
@@ -233,21 +238,37 @@ func (r *run) execute(ctx workflow.Context, lease sandbox.Lease) (sandbox.Result
 	opts := r.options.execute
 	opts.Summary = fmt.Sprintf("execute `%s` in lease %s", r.publisher.command, lease.ID)
 	var res sandbox.Result
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameExecute,
-		activities.ExecuteInput{Lease: lease, Command: r.req.Command, SecretEnv: r.req.SecretEnv}).Get(ctx, &res)
+	err := executeActivity(ctx, opts, lease, activities.NameExecute,
+		activities.ExecuteInput{Lease: lease, Command: r.req.Command, SecretEnv: r.req.SecretEnv}, &res)
 	return res, err
 }
 
-func (r *run) destroy(ctx workflow.Context, leaseID string) error {
+// destroy destroys a lease, or leaves it to its host's sweep when the
+// host is lost (abandon).
+func (r *run) destroy(ctx workflow.Context, lease sandbox.Lease) error {
 	opts := r.options.destroyLease
-	opts.Summary = "destroy lease " + leaseID
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameDestroyLease,
-		activities.DestroyLeaseInput{LeaseID: leaseID}).Get(ctx, nil)
-	if err == nil {
-		r.state.DestroyedLeases = append(r.state.DestroyedLeases, leaseID)
+	opts.Summary = "destroy lease " + lease.ID
+	err := executeActivity(ctx, opts, lease, activities.NameDestroyLease,
+		activities.DestroyLeaseInput{LeaseID: lease.ID}, nil)
+	switch {
+	case err == nil:
+		r.state.DestroyedLeases = append(r.state.DestroyedLeases, lease.ID)
 		r.publisher.publish(ctx, r.state)
+	case sandbox.IsHostLostError(err):
+		r.abandon(ctx, lease, err)
+		return nil
 	}
 	return err
+}
+
+// abandon gives up a lease whose host is lost without destroying it:
+// nobody would take the DestroyLease. The lease is counted in LostLeases;
+// its host sweeps it when it returns, since no workflow holds it any more
+// (SweepHost).
+func (r *run) abandon(ctx workflow.Context, lease sandbox.Lease, cause error) {
+	workflow.GetLogger(ctx).Warn("lease left to its lost host's sweep", "lease", lease.ID, "host", lease.Host, "error", cause)
+	r.state.LostLeases = append(r.state.LostLeases, lease.ID)
+	r.publisher.publish(ctx, r.state)
 }
 
 // release destroys the lease in use (unless the request keeps it) and
@@ -258,6 +279,10 @@ func (r *run) release(ctx workflow.Context) error {
 	defer cancel()
 	r.setPhase(ctx, PhaseCleaningUp)
 	in := activities.DestroyLeaseInput{RunKey: r.runKey}
+	var lease sandbox.Lease // where the sweep runs: the lease's host, if any
+	if r.lease != nil {
+		lease = *r.lease
+	}
 	if r.req.KeepLease {
 		in.Keep = r.state.LeaseID
 	} else {
@@ -268,7 +293,19 @@ func (r *run) release(ctx workflow.Context) error {
 	if in.LeaseID != "" {
 		opts.Summary = "release: destroy lease " + in.LeaseID + " and sweep orphans"
 	}
-	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameDestroyLease, in).Get(ctx, nil); err != nil {
+	err := executeActivity(ctx, opts, lease, activities.NameDestroyLease, in, nil)
+	switch {
+	case sandbox.IsHostLostError(err) && in.LeaseID != "":
+		// The run holds the lease no longer: its host's sweep destroys it.
+		r.abandon(ctx, lease, err)
+		r.setLease(ctx, sandbox.Lease{})
+		return nil
+	case sandbox.IsHostLostError(err):
+		// A kept lease stays the caller's; the orphans the sweep would
+		// have found are left to their host's sweep.
+		workflow.GetLogger(ctx).Warn("release: the lease's host is lost; orphans are left to its sweep", "host", lease.Host, "error", err)
+		return nil
+	case err != nil:
 		return err
 	}
 	if in.LeaseID != "" {
@@ -282,8 +319,9 @@ func (r *run) setPhase(ctx workflow.Context, phase Phase) {
 	r.publisher.publish(ctx, r.state)
 }
 
-func (r *run) setLease(ctx workflow.Context, leaseID string) {
-	r.state.LeaseID = leaseID
+// setLease makes lease the one in use (the zero Lease for none).
+func (r *run) setLease(ctx workflow.Context, lease sandbox.Lease) {
+	r.state.LeaseID, r.state.LeaseHost = lease.ID, lease.Host
 	r.publisher.publish(ctx, r.state)
 }
 

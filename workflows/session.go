@@ -48,6 +48,9 @@ func SessionWorkflow(ctx workflow.Context, req SessionRequest) (SessionSummary, 
 		return SessionSummary{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
 	}
 	s := newSession(ctx, req)
+	if err := checkLeaseHost(ctx, s.r.lease); err != nil {
+		return SessionSummary{}, err
+	}
 	if err := s.register(ctx); err != nil {
 		return SessionSummary{}, err
 	}
@@ -121,17 +124,19 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 	s.r = newRun(Request{
 		Lease:           req.Lease,
 		LeaseID:         req.LeaseID,
+		LeaseHost:       req.LeaseHost,
 		MaxFreshLeases:  req.MaxFreshLeases,
 		ActivityOptions: req.ActivityOptions,
 	}, carried.RunKey)
 	if req.Carried != nil {
 		s.r.lease = carried.Lease
 		if carried.Lease != nil {
-			s.r.state.LeaseID = carried.Lease.ID
+			s.r.state.LeaseID, s.r.state.LeaseHost = carried.Lease.ID, carried.Lease.Host
 		}
 		s.r.nextGeneration = carried.NextGeneration
 		s.r.state.FreshLeases = carried.FreshLeases
 		s.r.state.DestroyedLeases = carried.DestroyedLeases
+		s.r.state.LostLeases = carried.LostLeases
 	}
 	s.r.publisher.enabled = true
 	s.r.publisher.searchAttributes = workflow.GetTypedSearchAttributes(ctx).
@@ -450,8 +455,7 @@ func (s *session) pause(ctx workflow.Context) error {
 func (s *session) leaseActivity(ctx workflow.Context, name string, opts workflow.ActivityOptions, summary string) (sandbox.Lease, error) {
 	opts.Summary = summary + s.r.lease.ID
 	var lease sandbox.Lease
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), name,
-		activities.LeaseInput{LeaseID: s.r.lease.ID}).Get(ctx, &lease)
+	err := executeActivity(ctx, opts, *s.r.lease, name, activities.LeaseInput{LeaseID: s.r.lease.ID}, &lease)
 	return lease, err
 }
 
@@ -488,6 +492,7 @@ func (s *session) carry() SessionRequest {
 		Commands:        s.commands,
 		FreshLeases:     s.r.state.FreshLeases,
 		DestroyedLeases: lastLeases(s.r.state.DestroyedLeases),
+		LostLeases:      lastLeases(s.r.state.LostLeases),
 		Answered:        s.answers,
 	}
 	return next
@@ -496,6 +501,7 @@ func (s *session) carry() SessionRequest {
 func (s *session) snapshot() SessionState {
 	state := s.r.state
 	state.DestroyedLeases = lastLeases(state.DestroyedLeases)
+	state.LostLeases = lastLeases(state.LostLeases)
 	return SessionState{State: state, Paused: s.paused, Egress: s.req.Lease.Egress, Commands: s.commands, Queued: len(s.queue)}
 }
 

@@ -29,8 +29,8 @@ func (s *session) setEgress(ctx workflow.Context, rules []string) error {
 	if r.lease != nil {
 		opts := r.options.setEgress
 		opts.Summary = fmt.Sprintf("set egress of lease %s: %s", r.lease.ID, describeEgress(rules))
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameSetEgress,
-			activities.SetEgressInput{LeaseID: r.lease.ID, Egress: rules}).Get(ctx, nil)
+		err := executeActivity(ctx, opts, *r.lease, activities.NameSetEgress,
+			activities.SetEgressInput{LeaseID: r.lease.ID, Egress: rules}, nil)
 		switch {
 		case err == nil:
 		case r.compensation.unusable(err):

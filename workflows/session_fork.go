@@ -47,16 +47,17 @@ func (s *session) fork(ctx workflow.Context) (SessionFork, error) {
 	if err := s.pause(ctx); err != nil {
 		return SessionFork{}, err
 	}
+	var lease sandbox.Lease
 	if s.r.lease != nil {
-		lease, err := s.forkLease(ctx, key, out.SessionID)
-		if err != nil {
+		var err error
+		if lease, err = s.forkLease(ctx, key, out.SessionID); err != nil {
 			return SessionFork{}, err
 		}
 		out.LeaseID = lease.ID
 		next.Carried.Lease, next.Carried.HadLease, next.Carried.NextGeneration = &lease, true, 1
 	}
 	if err := s.startFork(ctx, out.SessionID, next); err != nil {
-		s.discardFork(ctx, out.LeaseID, key)
+		s.discardFork(ctx, lease, key)
 		return SessionFork{}, err
 	}
 	return out, nil
@@ -71,10 +72,11 @@ func (s *session) forkLease(ctx workflow.Context, runKey, sessionID string) (san
 	opts := r.options.forkLease
 	opts.Summary = fmt.Sprintf("fork lease %s into session %s", r.lease.ID, sessionID)
 	var lease sandbox.Lease
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameForkLease,
-		activities.ForkLeaseInput{SourceID: r.lease.ID, RunKey: runKey}).Get(ctx, &lease)
+	err := executeActivity(ctx, opts, *r.lease, activities.NameForkLease,
+		activities.ForkLeaseInput{SourceID: r.lease.ID, RunKey: runKey, WorkflowID: sessionID}, &lease)
 	if err != nil {
-		s.discardFork(ctx, "", runKey)
+		// Whatever it made lives on the source's host.
+		s.discardFork(ctx, sandbox.Lease{Host: r.lease.Host}, runKey)
 	}
 	return lease, err
 }
@@ -90,20 +92,21 @@ func (s *session) startFork(ctx workflow.Context, id string, req SessionRequest)
 	return child.GetChildWorkflowExecution().Get(ctx, nil)
 }
 
-// discardFork destroys the forked lease, if any, and sweeps the leases of
-// its run, in a disconnected context: the fork's failure (or this
+// discardFork destroys the forked lease, if any (its ID is empty when the
+// fork failed; its Host is the source's), and sweeps the leases of its
+// run on that host, in a disconnected context: the fork's failure (or this
 // session's cancellation) must not leave it behind.
-func (s *session) discardFork(ctx workflow.Context, leaseID, runKey string) {
+func (s *session) discardFork(ctx workflow.Context, lease sandbox.Lease, runKey string) {
 	ctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
 	opts := s.r.options.destroyLease
 	opts.Summary = "discard fork: sweep its run"
-	if leaseID != "" {
-		opts.Summary = "discard fork: destroy lease " + leaseID + " and sweep its run"
+	if lease.ID != "" {
+		opts.Summary = "discard fork: destroy lease " + lease.ID + " and sweep its run"
 	}
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.NameDestroyLease,
-		activities.DestroyLeaseInput{LeaseID: leaseID, RunKey: runKey}).Get(ctx, nil)
+	err := executeActivity(ctx, opts, lease, activities.NameDestroyLease,
+		activities.DestroyLeaseInput{LeaseID: lease.ID, RunKey: runKey}, nil)
 	if err != nil {
-		workflow.GetLogger(ctx).Error("could not discard a fork", "lease", leaseID, "runKey", runKey, "error", err)
+		workflow.GetLogger(ctx).Error("could not discard a fork", "lease", lease.ID, "runKey", runKey, "error", err)
 	}
 }

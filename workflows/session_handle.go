@@ -141,7 +141,7 @@ func (s Session) update(ctx workflow.Context, in UpdateSessionInput, commandTime
 	if in.Command != nil {
 		summary = "execute `" + summarize(in.Command.Command.String()) + "` in session " + s.ID
 	}
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: startToClose,
 		HeartbeatTimeout:    30 * time.Second,
 		Summary:             summary,
@@ -151,6 +151,6 @@ func (s Session) update(ctx workflow.Context, in UpdateSessionInput, commandTime
 			MaximumInterval:    30 * time.Second,
 			MaximumAttempts:    10,
 		},
-	})
-	return workflow.ExecuteActivity(ctx, NameUpdateSession, in).Get(ctx, out)
+	}
+	return executeActivity(ctx, opts, sandbox.Lease{}, NameUpdateSession, in, out)
 }

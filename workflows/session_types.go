@@ -53,6 +53,9 @@ type SessionRequest struct {
 	// of creating one. The session owns it from then on: it is destroyed
 	// when the session closes.
 	LeaseID string `json:"leaseId,omitempty"`
+	// LeaseHost is the host of LeaseID on a fleet of sandbox hosts, as in
+	// Request.
+	LeaseHost string `json:"leaseHost,omitempty"`
 	// MaxFreshLeases bounds the compensation of each command, as in
 	// Request.
 	MaxFreshLeases int `json:"maxFreshLeases,omitempty"`
@@ -82,6 +85,8 @@ type SessionCarried struct {
 	FreshLeases    int            `json:"freshLeases"`
 	// DestroyedLeases keeps the last few leases destroyed, for the state.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// LostLeases keeps the last few leases left to their lost hosts.
+	LostLeases []string `json:"lostLeases,omitempty"`
 	// Answered are the last execute Updates answered, so that a repeat
 	// of one on the next run gets its answer instead of running again.
 	Answered []AnsweredUpdate `json:"answered,omitempty"`
@@ -92,10 +97,8 @@ func (r SessionRequest) Validate() error {
 	if err := r.Lease.Validate(); err != nil {
 		return err
 	}
-	if r.LeaseID != "" {
-		if err := sandbox.CheckID("leaseId", r.LeaseID); err != nil {
-			return err
-		}
+	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
+		return err
 	}
 	if r.CommandsPerRun < 0 {
 		return &sandbox.InvalidInputError{Field: "commandsPerRun", Reason: "must not be negative"}

@@ -49,14 +49,20 @@ const (
 // the Web UI shows as the workflow's current details.
 type State struct {
 	Phase Phase `json:"phase"`
-	// LeaseID is the lease in use.
-	LeaseID string `json:"leaseId,omitempty"`
+	// LeaseID is the lease in use, and LeaseHost the host it lives on, on
+	// a fleet of sandbox hosts. A fleet host's sweep keeps the lease a
+	// workflow's state names here (SweepHost).
+	LeaseID   string `json:"leaseId,omitempty"`
+	LeaseHost string `json:"leaseHost,omitempty"`
 	// FreshLeases counts the fresh leases taken so far (compensation);
 	// each command may take MaxFreshLeases.
 	FreshLeases    int `json:"freshLeases"`
 	MaxFreshLeases int `json:"maxFreshLeases"`
 	// DestroyedLeases lists the leases destroyed so far.
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// LostLeases lists the leases given up with their lost host, not
+	// destroyed: their host sweeps them when it returns.
+	LostLeases []string `json:"lostLeases,omitempty"`
 	// LastError is the failure that made the latest lease unusable.
 	LastError string `json:"lastError,omitempty"`
 }

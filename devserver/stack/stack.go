@@ -142,6 +142,9 @@ type Stack struct {
 	dir           *stackDir
 	logFile       *os.File
 
+	hostsMu sync.Mutex
+	hosts   []*Host // of a fleet (fleet.go)
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -381,7 +384,8 @@ func (s *Stack) Provider(cfg createos.Config) (*createos.Client, error) {
 	return createos.New(cfg)
 }
 
-// Stop stops every part, the worker first, then the clients and servers.
+// Stop stops every part, the workers first (the hosts' too), then the
+// clients and servers.
 // Later calls return the first call's result.
 func (s *Stack) Stop() error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop() })
@@ -392,6 +396,9 @@ func (s *Stack) stop() error {
 	var errs []error
 	if s.Worker != nil {
 		s.Worker.Stop()
+	}
+	for _, h := range s.Hosts() {
+		errs = append(errs, h.stop())
 	}
 	if s.Client != nil {
 		s.Client.Close()

@@ -2,6 +2,11 @@
 // RunCommand and the activities over a CreateOS provider, and its metrics
 // endpoint. The worker binary and the dev server both use it.
 //
+// A worker runs in one of two modes. In plain mode (New), every worker
+// shares one sandbox service — the hosted service, or one sandboxd — and
+// polls one task queue. In host mode (NewHost, Config.Host), each worker
+// is one host of a fleet, with a sandbox server of its own: see Host.
+//
 // The sandbox API key lives here only, in Config.Sandbox: it is never part
 // of a workflow's input, and Config prints and logs it redacted.
 package workerapp
@@ -11,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -43,8 +49,23 @@ type Config struct {
 	MetricsListen string
 	// Options tune the Temporal worker (pollers, eager activities …). New
 	// sets WorkerStopTimeout from StopTimeout, and MaxHeartbeatThrottleInterval
-	// when it is zero.
+	// when it is zero; host mode sets its slot limits too.
 	Options worker.Options
+
+	// Host, when set, names this sandbox host of a fleet: NewHost runs the
+	// worker in host mode (see Host), and Sandbox is the host's own
+	// server. New ignores the fields below.
+	Host string
+	// HostCapacity is how many leases the host holds at most: it takes no
+	// new lease while it holds that many. 0 means DefaultHostCapacity.
+	HostCapacity int
+	// SweepInterval is how often the host sweeps the leases no workflow
+	// holds, besides when it starts: 0 means DefaultSweepInterval.
+	// SweepSettle is workflows.SweepHost's settle.
+	SweepInterval, SweepSettle time.Duration
+	// Logger receives what host mode says (its sweeps, its capacity);
+	// nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Format prints the configuration with the sandbox API key redacted,
@@ -61,32 +82,21 @@ func (c Config) Format(f fmt.State, verb rune) {
 // LogValue logs the configuration as Format prints it.
 func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
-// New creates a worker on c with RunCommand and the activities registered.
+// New creates a worker in plain mode on c, with RunCommand and the
+// activities registered.
 func New(c client.Client, cfg Config) (worker.Worker, error) {
-	secrets := activities.EnvSecrets{Prefix: cfg.SecretPrefix}
-	if cfg.Sandbox.Secrets == nil {
-		cfg.Sandbox.Secrets = secrets // a lease's SecretEnv, as a command's
-	}
-	provider, err := createos.New(cfg.Sandbox)
+	provider, err := newProvider(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox provider: %w", err)
+		return nil, err
 	}
 	if cfg.TaskQueue == "" {
 		cfg.TaskQueue = workflows.DefaultTaskQueue
 	}
-	opts := cfg.Options
-	opts.WorkerStopTimeout = cfg.StopTimeout
-	if opts.MaxHeartbeatThrottleInterval == 0 {
-		// Heartbeats carry cancellation to running commands; send them
-		// often enough that a cancel takes seconds, not most of a heartbeat
-		// timeout.
-		opts.MaxHeartbeatThrottleInterval = 2 * time.Second
-	}
-	w := worker.New(c, cfg.TaskQueue, opts)
+	w := worker.New(c, cfg.TaskQueue, workerOptions(cfg))
 	workflows.RegisterWorkflows(w)
 	acts := &activities.Activities{
 		Provider:          provider,
-		Secrets:           secrets,
+		Secrets:           activities.EnvSecrets{Prefix: cfg.SecretPrefix},
 		HeartbeatInterval: cfg.HeartbeatInterval,
 	}
 	acts.Register(w)
@@ -126,7 +136,21 @@ func Flags(fs *flag.FlagSet, getenv func(string) string) *Config {
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 30*time.Second, "how long a stopping worker lets activities finish")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", env("SANDBOXFLOW_METRICS_LISTEN", DefaultMetricsListen),
 		`serve Prometheus metrics at /metrics on this address; "" serves none (SANDBOXFLOW_METRICS_LISTEN)`)
+	fs.StringVar(&cfg.Host, "host", getenv("SANDBOXFLOW_HOST"),
+		"run as this sandbox host of a fleet, with --sandbox-url its own server (SANDBOXFLOW_HOST; default: plain mode, one sandbox service for all workers)")
+	fs.IntVar(&cfg.HostCapacity, "host-capacity", intEnv(getenv, "SANDBOXFLOW_HOST_CAPACITY"),
+		fmt.Sprintf("host mode: the most leases this host holds (SANDBOXFLOW_HOST_CAPACITY; 0 = %d)", DefaultHostCapacity))
+	fs.DurationVar(&cfg.SweepInterval, "sweep-interval", DefaultSweepInterval,
+		"host mode: how often to sweep the leases no workflow holds, besides at start")
 	return cfg
+}
+
+func intEnv(getenv func(string) string, name string) int {
+	n, err := strconv.Atoi(getenv(name))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func durationEnv(getenv func(string) string, name string) time.Duration {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,20 @@ func TestServeMetricsServesTheExposition(t *testing.T) {
 
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close(), "Close is idempotent")
+}
+
+func TestHostFlags(t *testing.T) {
+	plain := parse(t, nil)
+	assert.Empty(t, plain.Host, "plain mode unless told")
+	assert.Zero(t, plain.HostCapacity)
+	cfg := parse(t, map[string]string{"SANDBOXFLOW_HOST": "h1", "SANDBOXFLOW_HOST_CAPACITY": "8"}, "--sweep-interval", "1m")
+	assert.Equal(t, "h1", cfg.Host)
+	assert.Equal(t, 8, cfg.HostCapacity)
+	assert.Equal(t, time.Minute, cfg.SweepInterval)
+	assert.Equal(t, "h2", parse(t, map[string]string{"SANDBOXFLOW_HOST": "h1"}, "--host", "h2").Host)
+
+	for _, bad := range []Config{{Host: "no/slash"}, {Host: "h1", HostCapacity: -1}} {
+		_, err := NewHost(nil, bad)
+		assert.Error(t, err, "%+v", bad)
+	}
 }

@@ -55,12 +55,18 @@ type report struct {
 	unexplained []string
 	faults      map[string]int // faults injected, by kind
 	wall        time.Duration
+	// On a fleet: the runs that ended on each host, the hosts killed, and
+	// the leases runs gave up with a lost host.
+	perHost    map[string]int
+	kills      int
+	lostLeases int
 }
 
 // Classes of extra runs of a command.
 const (
 	extraUnconfirmedKill = "compensation after an unconfirmed kill"
 	extraVanishedLease   = "compensation after the lease vanished"
+	extraHostLost        = "compensation after its host was lost"
 	extraExhaustion      = "retry after the output connection was exhausted"
 	extraUnexplained     = "unexplained"
 )
@@ -70,23 +76,33 @@ func (r *report) failed() bool {
 }
 
 // analyse checks what the runs left behind and classifies their outcomes.
-func analyse(ctx context.Context, s *stack.Stack, proxy *testsuite.FaultProxy, outcomes []*outcome) (*report, error) {
+func analyse(ctx context.Context, w *world, outcomes []*outcome) (*report, error) {
 	r := &report{runs: len(outcomes), typed: map[string]int{}, extra: map[string]int{}, faults: map[string]int{},
-		leases: map[string]*activityCount{activities.NameCreateLease: {}, activities.NameAcquireFreshLease: {}}}
-	if err := r.countLeaks(s.Sandbox); err != nil {
+		leases:  map[string]*activityCount{activities.NameCreateLease: {}, activities.NameAcquireFreshLease: {}},
+		perHost: map[string]int{}, kills: w.kills}
+	if err := r.countLeaks(w.servers); err != nil {
 		return nil, err
 	}
-	faultLog := proxy.Log()
+	var faultLog []testsuite.Event
+	var history []localsandbox.ProcessRecord
+	for i, proxy := range w.proxies {
+		faultLog = append(faultLog, proxy.Log()...)
+		history = append(history, w.servers[i].History()...)
+	}
 	for _, e := range faultLog {
 		r.faults[e.Rule]++
 	}
-	ranBy := runsByMarker(s.Sandbox.History())
+	ranBy := runsByMarker(history)
 	for _, o := range outcomes {
 		r.classify(o)
+		if len(w.hosts) > 0 && o.err == nil {
+			r.perHost[o.result.LeaseHost]++
+			r.lostLeases += len(o.result.LostLeases)
+		}
 		if o.run == nil {
 			continue
 		}
-		h, err := readHistory(ctx, s, o)
+		h, err := readHistory(ctx, w.stack, o)
 		if err != nil {
 			return nil, err
 		}
@@ -102,20 +118,25 @@ func analyse(ctx context.Context, s *stack.Stack, proxy *testsuite.FaultProxy, o
 	return r, nil
 }
 
-// countLeaks waits a little for the server to settle (every run has ended,
-// but the last kills may still be confirming), then counts what is left.
-func (r *report) countLeaks(srv *localsandbox.Server) error {
+// countLeaks waits a little for the servers to settle (every run has
+// ended, but the last kills may still be confirming), then counts what is
+// left.
+func (r *report) countLeaks(servers []*localsandbox.Server) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		stats, err := srv.Stats()
-		if err != nil {
-			return err
+		r.leakedLeases, r.orphans = 0, 0
+		for _, srv := range servers {
+			stats, err := srv.Stats()
+			if err != nil {
+				return err
+			}
+			pids, err := localsandbox.SandboxProcesses(srv.Root())
+			if err != nil {
+				return err
+			}
+			r.leakedLeases += stats.Leases
+			r.orphans += max(stats.Processes, len(pids))
 		}
-		pids, err := localsandbox.SandboxProcesses(srv.Root())
-		if err != nil {
-			return err
-		}
-		r.leakedLeases, r.orphans = stats.Leases, max(stats.Processes, len(pids))
 		if (r.leakedLeases == 0 && r.orphans == 0) || time.Now().After(deadline) {
 			return nil
 		}
@@ -204,6 +225,9 @@ type runHistory struct {
 	killUnconfirmed map[string]bool
 	// leaseVanished is set when an Execute found its lease gone.
 	leaseVanished bool
+	// hostLost is set when an activity on a lease timed out waiting for
+	// its host (on a fleet).
+	hostLost bool
 }
 
 func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, error) {
@@ -230,6 +254,9 @@ func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, e
 		if a := event.GetActivityTaskTimedOutEventAttributes(); a != nil {
 			if c := h.leases[names[a.GetScheduledEventId()]]; c != nil {
 				c.fail("timeout")
+			}
+			if a.GetFailure().GetTimeoutFailureInfo().GetTimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+				h.hostLost = true
 			}
 		}
 		a := event.GetActivityTaskFailedEventAttributes()
@@ -271,6 +298,8 @@ func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHist
 			class = extraUnconfirmedKill
 		case before.LeaseID != again.LeaseID && h.leaseVanished:
 			class = extraVanishedLease
+		case before.LeaseID != again.LeaseID && h.hostLost:
+			class = extraHostLost
 		case before.LeaseID == again.LeaseID && connectFaults(faultLog, before.ProcessID) >= 4:
 			class = extraExhaustion
 		}
@@ -296,7 +325,14 @@ func connectFaults(log []testsuite.Event, pid string) int {
 
 // print writes the report as markdown.
 func (r *report) print(w io.Writer, cfg config) {
-	fmt.Fprintf(w, "## Chaos soak: %d runs, fault rate %.2f, concurrency %d, seed %d\n\n", r.runs, cfg.rate, cfg.concurrency, cfg.seed)
+	fmt.Fprintf(w, "## Chaos soak: %d runs, fault rate %.2f, concurrency %d, seed %d", r.runs, cfg.rate, cfg.concurrency, cfg.seed)
+	if cfg.hosts > 0 {
+		fmt.Fprintf(w, ", %d hosts of %d leases", cfg.hosts, cfg.capacity)
+		if cfg.killEvery > 0 {
+			fmt.Fprintf(w, ", one at a time killed for %s, %s after the last came back", hostDown, cfg.killEvery)
+		}
+	}
+	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| | |")
 	fmt.Fprintln(w, "|---|---|")
 	fmt.Fprintf(w, "| runs | %d |\n", r.runs)
@@ -312,6 +348,11 @@ func (r *report) print(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "| lost results | %d |\n", len(r.lost))
 	fmt.Fprintf(w, "| wrong output | %d |\n", len(r.wrongOutput))
 	fmt.Fprintf(w, "| faults injected | %d%s |\n", sum(r.faults), breakdown(r.faults))
+	if len(r.perHost) > 0 {
+		fmt.Fprintf(w, "| runs that succeeded, by the host they ended on | %s |\n", strings.TrimPrefix(breakdown(r.perHost), " "))
+		fmt.Fprintf(w, "| hosts killed | %d |\n", r.kills)
+		fmt.Fprintf(w, "| leases given up with a lost host (LostLeases) | %d |\n", r.lostLeases)
+	}
 	fmt.Fprintf(w, "| wall time | %s |\n", r.wall.Round(100*time.Millisecond))
 	sections := []section{
 		{"Lost results", r.lost},
