@@ -22,6 +22,12 @@ if ! command -v $(2) >/dev/null; then \
 fi
 endef
 
+# The program every lease's init and managed process runs (cmd/sandboxflow-init):
+# a server finds it beside its binary; programs run with go run or go test are
+# told where it is. Without it a server re-executes its own, far larger binary.
+INIT_PROGRAM := $(CURDIR)/bin/sandboxflow-init
+export SANDBOXD_INIT_PROGRAM = $(INIT_PROGRAM)
+
 .PHONY: run dev test test-root test-devserver fleet-test vet build bench chaos fleet webui-check generate clean
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
@@ -33,24 +39,29 @@ dev: bin/devserver
 	bin/devserver dev
 
 # go build is incremental and fast when nothing changed; make only orders it.
-.PHONY: bin/devserver
-bin/devserver:
+.PHONY: bin/devserver bin/sandboxflow-init
+bin/devserver: bin/sandboxflow-init
 	cd devserver && $(GO) build -o ../bin/devserver .
+
+bin/sandboxflow-init:
+	$(GO) build -o bin/ ./cmd/sandboxflow-init
 
 ## test: vet and race-test both modules (the library, then the devserver module with the e2e tests and the reliability matrix), then the fleet test
 test: test-root test-devserver
 
+# The library's tests run leases from their own binary, as a server without
+# the init program does (TestLeasesRunTheInitProgram covers the program).
 test-root:
 	$(GO) vet ./...
-	$(GO) test -race ./...
+	SANDBOXD_INIT_PROGRAM= $(GO) test -race ./...
 
-test-devserver:
+test-devserver: bin/sandboxflow-init
 	cd devserver && $(GO) vet ./...
 	cd devserver && $(GO) test -race -timeout 20m ./...
 	$(MAKE) fleet-test
 
 ## fleet-test: three sandbox hosts on one Temporal server, one lost mid-run; part of test (65 s on 2 cores; without the race detector, under which it takes 6 min: see devserver/reliability/fleet_test.go)
-fleet-test:
+fleet-test: bin/sandboxflow-init
 	cd devserver && $(GO) test -count=1 -timeout 10m -run TestAFleet ./reliability/
 
 vet:
@@ -59,17 +70,17 @@ vet:
 
 ## build: every binary into ./bin
 build:
-	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd
+	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd ./cmd/sandboxflow-init
 	cd devserver && $(GO) build -o ../bin/devserver .
 
 ## bench: latency, throughput, streaming, recovery, live-output latency, the lease machine and its network against their floors (installs bubblewrap and slirp4netns if missing; not part of test)
-bench:
+bench: bin/sandboxflow-init
 	@$(call debian_package,bench,bwrap,bubblewrap)
 	@$(call debian_package,bench,slirp4netns,slirp4netns)
 	cd devserver && $(GO) run ./cmd/bench
 
 ## chaos: a soak of concurrent runs through random faults; fails if anything leaked or was lost
-chaos:
+chaos: bin/sandboxflow-init
 	cd devserver && $(GO) run ./cmd/chaos -runs $(RUNS) -fault-rate $(FAULT_RATE)
 
 ## fleet: three sandboxd + host-mode worker processes on one embedded Temporal server; 60 runs spread over them, then one host SIGKILLed mid-run
@@ -77,7 +88,7 @@ fleet: build
 	cd devserver && $(GO) run ./cmd/fleet -bin ../bin
 
 ## webui-check: in headless Chromium (installed if missing), open a compensated, encrypted run and a running one in the embedded Web UI; check its pages show them decoded, the running command's live output among them; save docs/webui-compensated.png
-webui-check:
+webui-check: bin/sandboxflow-init
 	@$(call debian_package,webui-check,chromium,chromium)
 	cd devserver && $(GO) run ./cmd/webuicheck -chromium /usr/bin/chromium -out ../docs/webui-compensated.png
 

@@ -63,15 +63,18 @@
 //   - the seccomp filter applied: internal/leaseinit/leaseinit.go,
 //     confineChild, through internal/confine.
 //
-// # The init hook
+// # The init program
 //
-// Lease inits and supervisors are re-executions of the server's own binary
-// with a marker argv[0] ("sandboxflow-init"): the init function of package
-// internal/leaseinit, which this package links, turns such a process into
-// what it is meant to be before main runs, and before the package inits of
-// everything leaseinit does not import. Programs and test binaries that
-// link the package therefore need nothing special; the hook does nothing
-// in any process not started that way.
+// Lease inits and supervisors run the init program with a marker argv[0]
+// ("sandboxflow-init"): the init function of package internal/leaseinit
+// turns such a process into what it is meant to be before main runs. The
+// program is cmd/sandboxflow-init, a small binary of that package alone,
+// found beside the server's binary or named by Options.InitProgram or
+// $SANDBOXD_INIT_PROGRAM (init_program.go opens it, and refuses one that
+// speaks another protocol); without it the server re-executes its own
+// binary, which links the hook too, so programs and test binaries that
+// link this package need nothing special — they only start each command
+// more slowly. The hook does nothing in any process not started that way.
 //
 // # Test hooks
 //

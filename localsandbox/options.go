@@ -65,6 +65,14 @@ type Options struct {
 	// "rootfs": "<name>" uses RootfsDir/<name> as the lower layer of the
 	// sandbox's / instead of ReadOnlyPaths. Empty: only the default.
 	RootfsDir string
+	// InitProgram is the program each lease's init and each managed
+	// process's supervisor run: a build of cmd/sandboxflow-init from the
+	// same source as the server (New refuses one that speaks another
+	// protocol). Empty: $SANDBOXD_INIT_PROGRAM if set, else
+	// sandboxflow-init beside the running program if there is one, else
+	// the running program itself, re-executed — which works the same but
+	// costs each command the start of the whole server binary.
+	InitProgram string
 
 	// MaxProcesses bounds the processes of a lease: its cgroup's pids
 	// limit (tasks: processes and threads, the init's included) where

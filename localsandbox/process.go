@@ -180,7 +180,7 @@ func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []stri
 	}
 	defer configR.Close()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
+		Path: s.init.path,
 		Args: []string{leaseinit.Arg0, s.opts.Root},
 		// Nothing of the server's environment. A race-detector build of the
 		// server would otherwise pause every init for a second at exit.

@@ -35,6 +35,7 @@ type Server struct {
 	hostGID   int
 	ids       *machine.IDSlots // the leases' host id ranges (a root server)
 	lock      *os.File
+	init      *initProgram // what lease inits and supervisors run
 	handler   http.Handler
 	history   *history
 	limiter   *machine.Limiter    // the leases' cgroups; set after the isolation probe
@@ -106,11 +107,18 @@ func New(opts Options) (*Server, error) {
 		s.lock.Close()
 		return nil, err
 	}
+	if s.init, err = openInitProgram(opts); err != nil {
+		s.lock.Close()
+		return nil, err
+	}
+	s.log.Info("lease inits and supervisors run the init program", "init_program", s.init.name)
 	if err := s.chooseIsolation(); err != nil {
+		s.init.Close()
 		s.lock.Close()
 		return nil, err
 	}
 	if err := s.setUpLimits(); err != nil {
+		s.init.Close()
 		s.lock.Close()
 		return nil, err
 	}
@@ -385,6 +393,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
 	}
 	s.limiter.Close()
+	s.init.Close()
 	s.lock.Close()
 	close(errs)
 	var all []error

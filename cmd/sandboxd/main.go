@@ -5,6 +5,10 @@
 //	sandboxd --insecure-no-auth                       # loopback only, no key
 //	sandboxd --listen 127.0.0.1:9000 --root /var/lib/sandboxd
 //
+// Each sandbox's init and each managed process run sandboxflow-init
+// (cmd/sandboxflow-init), which sandboxd finds beside itself; make build
+// puts both in bin/.
+//
 // It stops cleanly on SIGINT or SIGTERM, killing every process it started
 // and removing every workspace.
 package main
@@ -52,6 +56,7 @@ type config struct {
 
 // machineFlags configure the leases' machines (a block of its own).
 type machineFlags struct {
+	initProgram   string
 	rootfsDir     string
 	requireLimits bool
 	diskBudgetMiB int
@@ -59,11 +64,13 @@ type machineFlags struct {
 
 func (m *machineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&m.requireLimits, "require-limits", false, "refuse to start unless the kernel enforces every limit of a shape (memory, processes, CPU, freezing) per sandbox")
+	fs.StringVar(&m.initProgram, "init-program", "", "the program each sandbox's init and managed process runs, a build of cmd/sandboxflow-init of this version (default $"+localsandbox.InitProgramEnv+", else sandboxflow-init beside sandboxd, else sandboxd itself, re-executed: slower)")
 	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
 	fs.IntVar(&m.diskBudgetMiB, "disk-budget-mib", 0, "the disks of all sandboxes together (their disk_mib) stay within this many MiB; past it a create or fork is refused (default: no budget, disks are sparse; the host's free space is checked)")
 }
 
 func (m *machineFlags) apply(o *localsandbox.Options) {
+	o.InitProgram = m.initProgram
 	o.RootfsDir = m.rootfsDir
 	o.RequireLimits = m.requireLimits
 	o.DiskBudgetMiB = m.diskBudgetMiB

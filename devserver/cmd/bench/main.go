@@ -343,6 +343,11 @@ func withStack(ctx context.Context, f func(*stack.Stack, *bench.Env)) error {
 		return fmt.Errorf("start the stack: %w", err)
 	}
 	defer s.Stop()
+	if p := os.Getenv(localsandbox.InitProgramEnv); p != "" {
+		fmt.Fprintf(os.Stderr, "bench: leases and managed processes run the init program %s\n", p)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: leases and managed processes re-execute this binary: $%s is not set (make bench sets it)\n", localsandbox.InitProgramEnv)
+	}
 	tallies := struct{ temporal, sandbox, direct bench.Tally }{}
 	opts := s.ClientOptions()
 	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions,

@@ -16,12 +16,11 @@ import (
 
 // The init hook and the supervisor.
 //
-// The server re-executes its own binary (/proc/self/exe) with argv[0] set
-// to Arg0, and the package-level init function below takes over that
-// process before main (or the test runner) ever runs, and before the
-// package inits of everything this package does not import: so the fewer
-// it imports, the sooner a lease starts. Two kinds of process start that
-// way:
+// The server executes the init program (Program, a build of
+// cmd/sandboxflow-init, or else its own binary) with argv[0] set to Arg0,
+// and the package-level init function below takes over that process
+// before main (or the test runner) ever runs. Two kinds of process start
+// that way:
 //
 //   - a lease init (argv[2] == LeaseArg, leaseinit.go): pid 1 of a lease's
 //     namespaces, for the life of the sandbox;
@@ -45,12 +44,23 @@ const Arg0 = "sandboxflow-init"
 // LeaseArg is argv[2] of a lease init.
 const LeaseArg = "lease"
 
+// VersionArg is argv[2] of the handshake: the program prints
+// ProtocolVersion and exits, so that a server finds out before its first
+// lease whether an init program speaks its protocol.
+const VersionArg = "version"
+
 func init() {
 	if len(os.Args) < 2 || os.Args[0] != Arg0 {
 		return
 	}
-	if len(os.Args) >= 3 && os.Args[2] == LeaseArg {
-		os.Exit(runLeaseInit())
+	if len(os.Args) >= 3 {
+		switch os.Args[2] {
+		case LeaseArg:
+			os.Exit(runLeaseInit())
+		case VersionArg:
+			os.Stdout.WriteString(ProtocolVersion + "\n")
+			os.Exit(0)
+		}
 	}
 	os.Exit(runSupervisor())
 }

@@ -18,6 +18,19 @@ import (
 //	server ──Request{signal} / Request{kill}────────────────▶ lease init
 //	server ◀──────────── {"started"} {"exited",code} on status ─ init or supervisor
 
+// Program is the file name of the init program, a build of
+// cmd/sandboxflow-init: a small binary holding this package and little
+// else, which a server looks for beside itself.
+const Program = "sandboxflow-init"
+
+// ProtocolVersion names what a server and an init program built from this
+// package say to each other, and how an init behaves. A server runs only
+// an init program that prints the same version (VersionArg), so that a
+// stale program beside a new server is refused at start rather than
+// misread mid-lease. Change it whenever this package changes;
+// TestProtocolVersionFollowsTheSource fails until you do.
+const ProtocolVersion = "sandboxflow-init/1"
+
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
 // that holds its tree together, so that its tree can be waited for and

@@ -76,7 +76,7 @@ func Start(sp *Spec, cg Cgroup, start func(*exec.Cmd) error) (*Machine, error) {
 	m := &Machine{ctl: fds[0], exited: make(chan struct{})}
 	uids, gids := sp.idMappings()
 	m.cmd = &exec.Cmd{
-		Path:       "/proc/self/exe",
+		Path:       sp.Program,
 		Args:       []string{leaseinit.Arg0, sp.ServerRoot, leaseinit.LeaseArg},
 		Env:        []string{"GORACE=atexit_sleep_ms=0"},
 		ExtraFiles: []*os.File{childEnd},

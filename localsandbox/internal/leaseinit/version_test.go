@@ -1,0 +1,75 @@
+package leaseinit_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+)
+
+// sourceOfVersion pins ProtocolVersion to the code an init program is
+// built from: this package and the two it runs (confine, proctree),
+// without tests and comments. An init program built from other code would
+// pass a server's handshake unless the version changed with the code.
+var sourceOfVersion = map[string]string{
+	"sandboxflow-init/1": "28a54167b63fe3e908cd9b9a23c3c472f251f957b31041c50e55dd486a4f00a9",
+}
+
+// TestProtocolVersionFollowsTheSource fails when the code of an init
+// program changed and ProtocolVersion did not.
+func TestProtocolVersionFollowsTheSource(t *testing.T) {
+	got := initSourceHash(t)
+	want, ok := sourceOfVersion[leaseinit.ProtocolVersion]
+	if !ok || want != got {
+		t.Fatalf("the init program's code is not the code of ProtocolVersion %q: "+
+			"if it changed, a server must refuse init programs built before the change — "+
+			"set ProtocolVersion to a new value and pin it here to %q", leaseinit.ProtocolVersion, got)
+	}
+}
+
+// initSourceHash hashes the init program's Go files, without comments,
+// as gofmt would print them.
+func initSourceHash(t *testing.T) string {
+	t.Helper()
+	var files []string
+	for _, dir := range []string{".", "../confine", "../proctree"} {
+		matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range matches {
+			if !strings.HasSuffix(m, "_test.go") {
+				files = append(files, m)
+			}
+		}
+	}
+	slices.Sort(files)
+	h := sha256.New()
+	fset := token.NewFileSet()
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, 0) // no comments
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := printer.Fprint(&buf, fset, f); err != nil {
+			t.Fatal(err)
+		}
+		h.Write([]byte(filepath.ToSlash(name) + "\n"))
+		h.Write(buf.Bytes())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
