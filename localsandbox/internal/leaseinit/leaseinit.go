@@ -19,7 +19,7 @@ import (
 
 // The lease init: pid 1 of a lease.
 //
-// The server re-executes its own binary as argv = [Arg0, root,
+// The server executes the init program as argv = [Arg0, root,
 // LeaseArg] in fresh user, mount, PID, UTS, IPC and network namespaces
 // (package machine, machine.go). Before it runs anything of the lease it
 //
@@ -261,8 +261,9 @@ func (in *leaseInit) spawn(req *Request, fds []int) {
 		attr.Dir = req.Cwd
 		attr.Sys = &syscall.SysProcAttr{Setpgid: true}
 	case KindProcess:
-		// The supervisor is this binary again, in process-group (subreaper)
-		// mode, inside the lease; it reports on the status pipe itself.
+		// The supervisor is the init program again (the init's own
+		// executable), in subreaper mode, inside the lease; it reports on
+		// the status pipe itself.
 		configR, w, err := os.Pipe()
 		if err != nil {
 			report(Status{Failure: err.Error(), FailureKind: FailSetup})
