@@ -50,6 +50,12 @@ func TestLeasesRunTheInitProgram(t *testing.T) {
 	if exe := hostExe(t, supervisor); exe != prog {
 		t.Errorf("the supervisor runs %s, want the init program %s", exe, prog)
 	}
+	// ps names them by the marker, not by the descriptor they were run from.
+	for _, pid := range []int{init, supervisor} {
+		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); string(comm) != leaseinit.Arg0[:15]+"\n" {
+			t.Errorf("pid %d is named %q in ps", pid, comm)
+		}
+	}
 
 	if res := ts.exec(lease, "echo exec; exit 3"); res.Stdout != "exec\n" || res.ExitCode != 3 {
 		t.Errorf("exec: %+v", res)

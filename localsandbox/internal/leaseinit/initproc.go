@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 	"golang.org/x/sys/unix"
@@ -49,10 +50,18 @@ const LeaseArg = "lease"
 // lease whether an init program speaks its protocol.
 const VersionArg = "version"
 
+// processName is Arg0 as PR_SET_NAME takes it: NUL-terminated, at most
+// 16 bytes with the NUL (the kernel's TASK_COMM_LEN).
+var processName = []byte(Arg0[:min(len(Arg0), 15)] + "\x00")
+
 func init() {
 	if len(os.Args) < 2 || os.Args[0] != Arg0 {
 		return
 	}
+	// The process's name in ps, which the kernel took from the file
+	// executed: "exe" for /proc/self/exe, a number for /proc/self/fd/N.
+	// Package inits run on the main thread, whose name is the process's.
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&processName[0])), 0, 0, 0)
 	if len(os.Args) >= 3 {
 		switch os.Args[2] {
 		case LeaseArg:

@@ -21,7 +21,7 @@ import (
 // without tests and comments. An init program built from other code would
 // pass a server's handshake unless the version changed with the code.
 var sourceOfVersion = map[string]string{
-	"sandboxflow-init/1": "28a54167b63fe3e908cd9b9a23c3c472f251f957b31041c50e55dd486a4f00a9",
+	"sandboxflow-init/2": "687d2a0bfb81a75f6734b72f98e3944fdff06cf9ff85ec44f7eb39e6581ead4d",
 }
 
 // TestProtocolVersionFollowsTheSource fails when the code of an init
