@@ -67,7 +67,7 @@ func TestAbuseConnectionFlood(t *testing.T) {
 	// closes idle connections.
 	var held map[string]int
 	within := func() bool {
-		held = serverSockets(t, addr.Port)
+		held = serverSockets(t, addr)
 		sum := 0
 		for _, n := range held {
 			if n > perAddress {
@@ -323,9 +323,9 @@ func assertClosed(t *testing.T, c net.Conn, br *bufio.Reader) {
 	}
 }
 
-// serverSockets counts the TCP connections of this process whose local port
-// is port, by remote address: the connections the server holds.
-func serverSockets(t *testing.T, port int) map[string]int {
+// serverSockets counts the TCP connections of this process whose local
+// address is server's, by remote address: the connections the server holds.
+func serverSockets(t *testing.T, server *net.TCPAddr) map[string]int {
 	t.Helper()
 	mine := map[string]bool{}
 	entries, err := os.ReadDir("/proc/self/fd")
@@ -349,8 +349,11 @@ func serverSockets(t *testing.T, port int) map[string]int {
 		if len(f) < 10 || f[3] == "0A" || !mine[f[9]] { // 0A: listening
 			continue
 		}
+		// The server's end by its address, not its port alone: a client
+		// socket bound to another loopback address (the flood's) may get
+		// the same port number from the kernel.
 		local, remote := procAddr(t, f[1]), procAddr(t, f[2])
-		if local.Port == port {
+		if local.Port == server.Port && local.IP.Equal(server.IP) {
 			held[remote.IP.String()]++
 		}
 	}

@@ -213,7 +213,7 @@ func TestIngressWebSocketsAreCapped(t *testing.T) {
 	}
 	if len(open) != perAddress/2 {
 		t.Errorf("%d WebSockets open through one preview URL (server sockets by address: %v), want the ingress cap, %d",
-			len(open), serverSockets(t, serverAddr(t, ts).Port), perAddress/2)
+			len(open), serverSockets(t, serverAddr(t, ts)), perAddress/2)
 	}
 	// Those open still echo, and a closed one frees its place.
 	for _, ws := range open {
