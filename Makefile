@@ -25,8 +25,7 @@ endef
 # The program every lease's init and managed process runs (cmd/sandboxflow-init):
 # a server finds it beside its binary; programs run with go run or go test are
 # told where it is. Without it a server re-executes its own, far larger binary.
-INIT_PROGRAM := $(CURDIR)/bin/sandboxflow-init
-export SANDBOXD_INIT_PROGRAM = $(INIT_PROGRAM)
+export SANDBOXD_INIT_PROGRAM = $(CURDIR)/bin/sandboxflow-init
 
 .PHONY: run dev test test-root test-devserver fleet-test vet build bench chaos fleet webui-check generate clean
 

@@ -63,6 +63,19 @@ func TestLeasesRunTheInitProgram(t *testing.T) {
 	if out := ts.run(lease, "echo managed; exit 4"); out.stdout.String() != "managed\n" || out.last.ExitCode == nil || *out.last.ExitCode != 4 {
 		t.Errorf("managed process: %q %+v", out.stdout.String(), out.last)
 	}
+
+	// In process-group mode the server starts each supervisor on the host,
+	// as an unprivileged uid, from the same open descriptor.
+	dir, err := os.MkdirTemp("", "sandboxd-init-program-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711) // commands run as uid 65534 and reach the root by path
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	pg := startServer(t, Options{InitProgram: prog, Isolation: IsolationProcessGroup, Root: filepath.Join(dir, "root")})
+	if out := pg.run(pg.createLease(), "echo managed; exit 5"); out.stdout.String() != "managed\n" || out.last.ExitCode == nil || *out.last.ExitCode != 5 {
+		t.Errorf("managed process, process-group mode: %q %+v", out.stdout.String(), out.last)
+	}
 }
 
 // hostExe is the program pid runs, as the host sees it.
@@ -97,7 +110,8 @@ func TestAnInitProgramThatDoesNotSpeakTheProtocolIsRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv(InitProgramEnv, c.env)
-			_, err := New(Options{InsecureNoAuth: true, Root: filepath.Join(t.TempDir(), "root"), InitProgram: c.program})
+			root := filepath.Join(t.TempDir(), "root")
+			_, err := New(Options{InsecureNoAuth: true, Root: root, InitProgram: c.program})
 			if err == nil {
 				t.Fatal("New accepted it")
 			}
@@ -106,6 +120,9 @@ func TestAnInitProgramThatDoesNotSpeakTheProtocolIsRefused(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
 			}
+			// Nothing held: the root is free for a server that starts.
+			t.Setenv(InitProgramEnv, "")
+			startServer(t, Options{Root: root})
 		})
 	}
 }
