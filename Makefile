@@ -22,12 +22,12 @@ if ! command -v $(2) >/dev/null; then \
 fi
 endef
 
-# The program every lease's init and managed process runs (cmd/sandboxflow-init):
+# The program every lease's init and managed process runs (localsandbox/cmd/sandboxflow-init):
 # a server finds it beside its binary; programs run with go run or go test are
 # told where it is. Without it a server re-executes its own, far larger binary.
 export SANDBOXD_INIT_PROGRAM = $(CURDIR)/bin/sandboxflow-init
 
-.PHONY: run dev test test-root test-devserver fleet-test vet build bench chaos fleet webui-check generate clean
+.PHONY: run dev unit test test-root test-localsandbox test-other-platforms test-devserver fleet-test vet build bench chaos fleet webui-check generate clean
 
 ## run: boot Temporal + Web UI + local sandbox + worker, run CMD, print its output and the Web UI link
 run: bin/devserver
@@ -43,16 +43,29 @@ bin/devserver: bin/sandboxflow-init
 	cd devserver && $(GO) build -o ../bin/devserver .
 
 bin/sandboxflow-init:
-	$(GO) build -o bin/ ./cmd/sandboxflow-init
+	cd localsandbox && $(GO) build -o ../bin/ ./cmd/sandboxflow-init
 
-## test: vet and race-test both modules (the library, then the devserver module with the e2e tests and the reliability matrix), then the fleet test
-test: test-root test-devserver
+## unit: the core packages in under a minute: no root, no Temporal server, no sandbox server
+unit:
+	$(GO) test -count=1 ./sandbox/... ./createos/... ./activities/... ./workflows/... ./codec/... ./metrics/... ./faultproxy/... ./sandboxtest/... ./internal/... ./docs/
 
-# The library's tests run leases from their own binary, as a server without
-# the init program does (TestLeasesRunTheInitProgram covers the program).
+## test: vet and race-test the three modules (the library, the sandbox server, then the devserver module with the e2e tests and the reliability matrix), the fleet test, and the library's build for macOS and Windows
+test: test-root test-localsandbox test-devserver test-other-platforms
+
 test-root:
 	$(GO) vet ./...
-	SANDBOXD_INIT_PROGRAM= $(GO) test -race ./...
+	$(GO) test -race ./...
+
+# The server's tests run leases from their own binary, as a server without
+# the init program does (TestLeasesRunTheInitProgram covers the program).
+test-localsandbox:
+	cd localsandbox && $(GO) vet ./...
+	cd localsandbox && SANDBOXD_INIT_PROGRAM= $(GO) test -race -timeout 20m ./...
+
+# The library is for every platform a Temporal worker runs on; the server is Linux only.
+test-other-platforms:
+	GOOS=darwin $(GO) vet ./...
+	GOOS=windows $(GO) vet ./...
 
 test-devserver: bin/sandboxflow-init
 	cd devserver && $(GO) vet ./...
@@ -65,11 +78,13 @@ fleet-test: bin/sandboxflow-init
 
 vet:
 	$(GO) vet ./...
+	cd localsandbox && $(GO) vet ./...
 	cd devserver && $(GO) vet ./...
 
 ## build: every binary into ./bin
 build:
-	$(GO) build -o bin/ ./worker ./starter ./cmd/sandboxd ./cmd/sandboxflow-init
+	$(GO) build -o bin/ ./cmd/worker ./cmd/starter
+	cd localsandbox && $(GO) build -o ../bin/ ./cmd/sandboxd ./cmd/sandboxflow-init
 	cd devserver && $(GO) build -o ../bin/devserver .
 
 ## bench: latency, throughput, streaming, recovery, live-output latency, the lease machine and its network against their floors (installs bubblewrap and slirp4netns if missing; not part of test)
@@ -94,6 +109,7 @@ webui-check: bin/sandboxflow-init
 ## generate: regenerate the committed mocks
 generate:
 	$(GO) generate ./...
+	cd localsandbox && $(GO) generate ./...
 
 clean:
 	rm -rf bin

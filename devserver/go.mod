@@ -6,6 +6,8 @@ go 1.26.8
 // library users, so they never download the Temporal server.
 replace github.com/sandboxflow/sandboxflow => ../
 
+replace github.com/sandboxflow/sandboxflow/localsandbox => ../localsandbox
+
 require (
 	github.com/labstack/echo/v4 v4.15.4
 	github.com/sandboxflow/sandboxflow v0.0.0-00010101000000-000000000000
@@ -167,6 +169,7 @@ require (
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/robfig/cron v1.2.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/sandboxflow/sandboxflow/localsandbox v0.0.0-00010101000000-000000000000
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect

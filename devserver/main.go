@@ -68,7 +68,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 	"golang.org/x/term"
@@ -85,7 +85,7 @@ const (
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(starter.ExitUsage)
+		os.Exit(starterapp.ExitUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -99,7 +99,7 @@ func main() {
 		fmt.Println(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "devserver: unknown subcommand %q\n%s\n", os.Args[1], usage)
-		code = starter.ExitUsage
+		code = starterapp.ExitUsage
 	}
 	os.Exit(code)
 }
@@ -235,14 +235,14 @@ func dev(ctx context.Context, args []string) int {
 		return 0
 	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "devserver dev: %v\n%s\n", err, usage)
-		return starter.ExitUsage
+		return starterapp.ExitUsage
 	}
 	f.opts.NoSandbox = f.opts.NoWorker
 	// The stack's own logs are for the developer watching; the Temporal
 	// server's go to the log file only.
 	s, ok := f.boot(ctx, true)
 	if !ok {
-		return starter.ExitRunFailed
+		return starterapp.ExitRunFailed
 	}
 	fmt.Printf("Temporal:  %s (namespace %s)\n", s.Temporal.FrontendHostPort(), s.Temporal.Namespace())
 	if ui := s.Temporal.UIURL(); ui != "" {
@@ -283,21 +283,21 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	if err := fs.Parse(ours); errors.Is(err, flag.ErrHelp) {
 		printHelp(os.Stdout, runUsage, fs)
 		fmt.Println("\nstarter flags (passed on to the starter):")
-		starter.PrintFlags(os.Stdout)
+		starterapp.PrintFlags(os.Stdout)
 		fmt.Println("\n--egress off|allowlist|any sets the stack's policy; --egress with any other value is the\nstarter's, a rule of the run's lease: --egress allowlist --egress pypi.org:443")
 		return 0
 	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "devserver run: %v\n%s\n", err, usage)
-		return starter.ExitUsage
+		return starterapp.ExitUsage
 	}
 	if rule, ok := egressRule(starterArgs); ok && f.opts.SandboxURL == "" && f.opts.Sandbox.Egress == localsandbox.EgressOff {
 		// The in-process server would drop the rule without a word.
 		fmt.Fprintf(os.Stderr, "devserver run: --egress %s asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", rule)
-		return starter.ExitUsage
+		return starterapp.ExitUsage
 	}
 	s, ok := f.boot(ctx, *verbose)
 	if !ok {
-		return starter.ExitRunFailed
+		return starterapp.ExitRunFailed
 	}
 	defer s.Stop()
 	if *verbose {
@@ -309,13 +309,13 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	// The starter handles Ctrl-C itself (it cancels the run); ours would
 	// stop the stack under it.
 	stopSignals()
-	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: isTerminal(os.Stderr)}
+	stdio := starterapp.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: isTerminal(os.Stderr)}
 	// The stack's client: with --encrypt, the starter encrypts the command
 	// and decrypts its result as the worker does, and the run starts
 	// eagerly, to the stack's worker on the same client. --wait-release:
 	// the stack stops when we return, so the run must have released its
 	// lease.
-	code := starter.MainOn(context.Background(), s.Client, append([]string{"--wait-release"}, starterArgs...), stdio, s.ClientOptions(), started)
+	code := starterapp.MainOn(context.Background(), s.Client, append([]string{"--wait-release"}, starterArgs...), stdio, s.ClientOptions(), started)
 	if runURL == "" {
 		return code
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
 
@@ -211,7 +211,7 @@ func TestRunRefusesEgressRulesWhenTheStacksEgressIsOff(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd := devserver(ctx, t, runOnFreePorts("--egress=pypi.org:443", "--", "true")...)
 	cmd.Stderr = &stderr
-	require.Equal(t, starter.ExitUsage, exitCode(t, ctx, cmd), stderr.String())
+	require.Equal(t, starterapp.ExitUsage, exitCode(t, ctx, cmd), stderr.String())
 	assert.Equal(t, "devserver run: --egress pypi.org:443 asks for a network, but the stack's egress is off: add --egress allowlist or --egress any\n", stderr.String())
 
 	rule, ok := egressRule([]string{"--json", "--egress", "*", "--", "sh", "--egress", "x"})

@@ -1,29 +1,59 @@
-//go:build linux
-
 package workflows_test
 
 import (
+	"context"
 	"fmt"
+	"log"
+	"os"
 	"strings"
 	"time"
 
-	sdktestsuite "go.temporal.io/sdk/testsuite"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/createos"
-	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
+// A worker that runs RunCommand, sessions and their activities against a
+// CreateOS-compatible sandbox service (the hosted one, or sandboxd), and a
+// workflow of your own. (Runnable examples against a real local sandbox
+// server are in localsandbox/localsandboxtest.)
+func ExampleRegister() {
+	c, err := client.Dial(client.Options{}) // TEMPORAL_ADDRESS etc.: see go.temporal.io/sdk/contrib/envconfig
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	provider, err := createos.New(createos.Config{
+		BaseURL: os.Getenv("SANDBOX_API_URL"), // e.g. http://127.0.0.1:7575 for sandboxd
+		APIKey:  os.Getenv("SANDBOX_API_KEY"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w := worker.New(c, "sandboxflow", worker.Options{})
+	workflows.Register(w, provider)
+	w.RegisterWorkflow(Release)
+	if err := w.Run(worker.InterruptCh()); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // Release is a workflow of your own that runs a command in a sandbox as a
 // child workflow: the command gets its own workflow (its own history, its
-// own page in the Web UI, cancellable on its own).
+// own page in the Web UI, cancellable on its own). ParentClosePolicy
+// REQUEST_CANCEL lets the child release its lease when the parent goes
+// away; with the SDKs' default, TERMINATE, the child is killed before it
+// can, and its lease waits for the reaper.
 func Release(ctx workflow.Context, version string) (string, error) {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:    workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
-		StaticSummary: "build " + version,
+		WorkflowID:        workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
+		StaticSummary:     "build " + version,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 	})
 	var build workflows.Result
 	err := workflow.ExecuteChildWorkflow(ctx, workflows.WorkflowName, workflows.Request{
@@ -42,30 +72,22 @@ func Release(ctx workflow.Context, version string) (string, error) {
 	return build.Stdout, nil
 }
 
-// A parent workflow runs RunCommand as a child workflow. (Here in the SDK's
-// test environment with a real local sandbox server; a worker registers
-// Release and calls workflows.Register the same way.)
+// A parent workflow runs RunCommand as a child workflow.
 func ExampleRunCommand_childWorkflow() {
-	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	c, err := client.Dial(client.Options{})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer ls.Close()
-	provider, err := ls.Provider(createos.Config{})
+	defer c.Close()
+	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{TaskQueue: "sandboxflow"}, Release, "v1.2.3")
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	env := testsuite.NewWorkflowEnvironment(provider)
-	env.RegisterWorkflow(Release)
-
-	env.ExecuteWorkflow(Release, "v1.2.3")
 	var out string
-	if err := env.GetWorkflowResult(&out); err != nil {
-		fmt.Println("failed:", err)
-		return
+	if err := run.Get(context.Background(), &out); err != nil {
+		log.Fatal(err)
 	}
 	fmt.Print(out)
-	// Output: building v1.2.3
 }
 
 // Check is a workflow of your own that runs two commands inline: their
@@ -83,70 +105,21 @@ func Check(ctx workflow.Context) ([]string, error) {
 	return outputs, nil
 }
 
-// A workflow runs commands inline with Run, in its own history.
+// A workflow runs commands inline with Run, in its own history: register
+// Check on the worker of ExampleRegister and start it.
 func ExampleRun() {
-	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+	c, err := client.Dial(client.Options{})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer ls.Close()
-	provider, err := ls.Provider(createos.Config{})
+	defer c.Close()
+	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{TaskQueue: "sandboxflow"}, Check)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	env := testsuite.NewWorkflowEnvironment(provider)
-	env.RegisterWorkflow(Check)
-
-	env.ExecuteWorkflow(Check)
 	var outputs []string
-	if err := env.GetWorkflowResult(&outputs); err != nil {
-		fmt.Println("failed:", err)
-		return
+	if err := run.Get(context.Background(), &outputs); err != nil {
+		log.Fatal(err)
 	}
 	fmt.Println(outputs)
-	// Output: [vet ok tests ok]
-}
-
-// A session in the SDK's test environment, with a real local sandbox
-// server: two commands, sent as Updates, share one workspace; close
-// destroys the lease. (A real client sends them with SessionClient, a
-// workflow with OpenSession.)
-func ExampleSessionWorkflow() {
-	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer ls.Close()
-	provider, err := ls.Provider(createos.Config{})
-	if err != nil {
-		panic(err)
-	}
-	env := testsuite.NewWorkflowEnvironment(provider)
-	show := &sdktestsuite.TestUpdateCallback{
-		OnAccept: func() {},
-		OnReject: func(err error) { fmt.Println("rejected:", err) },
-		OnComplete: func(value any, err error) {
-			if res, ok := value.(workflows.SessionResult); ok {
-				fmt.Printf("%d: %s", res.Seq, res.Stdout)
-			}
-		},
-	}
-	env.RegisterDelayedCallback(func() {
-		for i, script := range []string{"echo kept > f; echo wrote f", "cat f"} {
-			env.UpdateWorkflow(workflows.UpdateExecute, fmt.Sprint("command-", i), show,
-				workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}})
-		}
-		env.UpdateWorkflow(workflows.UpdateClose, "close", show)
-	}, time.Second)
-	env.ExecuteWorkflow(workflows.SessionWorkflow, workflows.SessionRequest{})
-	var summary workflows.SessionSummary
-	if err := env.GetWorkflowResult(&summary); err != nil {
-		fmt.Println("failed:", err)
-		return
-	}
-	fmt.Println("commands:", summary.Commands, "leases destroyed:", len(summary.DestroyedLeases))
-	// Output:
-	// 1: wrote f
-	// 2: kept
-	// commands: 2 leases destroyed: 1
 }

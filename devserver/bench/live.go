@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/activities"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -80,7 +80,7 @@ func starterLatencies(ctx context.Context, env *Env, temporal client.Options) ([
 	code := make(chan int, 1)
 	go func() {
 		args := append([]string{"--task-queue", env.TaskQueue, "--workflow-id", workflowID, "--"}, liveScript().Argv...)
-		code <- starter.Main(ctx, args, starter.IO{Stdin: strings.NewReader(""), Stdout: lines, Stderr: &stderr}, temporal, nil)
+		code <- starterapp.Main(ctx, args, starterapp.IO{Stdin: strings.NewReader(""), Stdout: lines, Stderr: &stderr}, temporal, nil)
 	}()
 	select {
 	case <-lines.all:

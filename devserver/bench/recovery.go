@@ -6,19 +6,19 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 // loseProcessCreate makes the proxy forward one process create and reset
 // the connection instead of answering: the process exists, its id never
 // reaches the worker, and the lease must be given up.
-var loseProcessCreate = testsuite.Rule{
+var loseProcessCreate = faultproxy.Rule{
 	Name:   "lose the process create response",
 	Method: http.MethodPost,
 	Path:   "/sandboxes/*/processes",
 	Times:  1,
-	Fault:  testsuite.DropResponse(),
+	Fault:  faultproxy.DropResponse(),
 }
 
 // Recovery is P4: the time of RunCommand(`true`) whose process create
@@ -27,7 +27,7 @@ var loseProcessCreate = testsuite.Rule{
 // proxy to the worker polling queue; runs alternate, and the row gives the
 // medians. Every faulted run must have taken exactly one fresh lease, and
 // every clean one none.
-func Recovery(ctx context.Context, env *Env, queue string, proxy *testsuite.FaultProxy, runs int) ([]Row, error) {
+func Recovery(ctx context.Context, env *Env, queue string, proxy *faultproxy.Proxy, runs int) ([]Row, error) {
 	var clean, faulted []time.Duration
 	for range runs {
 		proxy.ClearRules()

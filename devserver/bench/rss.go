@@ -15,7 +15,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
-// WorkerProcess says how to run the worker binary (./worker) against the
+// WorkerProcess says how to run the worker binary (./cmd/worker) against the
 // stack, as its own process.
 type WorkerProcess struct {
 	// Binary is the built worker.

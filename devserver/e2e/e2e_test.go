@@ -23,10 +23,10 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -70,7 +70,7 @@ func stackOf(t *testing.T) *stack.Stack {
 func runStarter(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
+	code = starterapp.Main(t.Context(), waitingForRelease(args), starterapp.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
 		client.Options{HostPort: stackOf(t).Temporal.FrontendHostPort(), Namespace: stackOf(t).Temporal.Namespace()}, nil)
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	return code, out.String(), errOut.String()
@@ -90,7 +90,7 @@ func waitingForRelease(args []string) []string {
 // of any sandbox alive on this machine.
 func assertNothingLeaked(t *testing.T) {
 	t.Helper()
-	assert.NoError(t, testsuite.CheckNothingLeaked(stackOf(t).Sandbox))
+	assert.NoError(t, localsandboxtest.CheckNothingLeaked(stackOf(t).Sandbox))
 }
 
 func TestOutputAndExitCode(t *testing.T) {
@@ -174,7 +174,7 @@ func TestRunIsFoundByItsSearchAttributes(t *testing.T) {
 
 func TestFailedRunExitsWithItsTypeAndReleasesEverything(t *testing.T) {
 	code, stdout, stderr := runStarter(t, "", "--shape", "s-no-such-shape", "--", "true")
-	assert.Equal(t, starter.ExitRunFailed, code)
+	assert.Equal(t, starterapp.ExitRunFailed, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "failed: SandboxAPIError: ")
 	assert.Contains(t, stderr, "HTTP 400")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -107,7 +107,7 @@ func runGatedStarter(t *testing.T, gates []gate, args ...string) (code int, stdo
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
+		code = starterapp.Main(t.Context(), waitingForRelease(args), starterapp.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
 			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
 	}()
 	t.Cleanup(func() { <-done }) // t.Context() has ended, so the starter returns
@@ -213,8 +213,8 @@ func TestStarterJoinsATruncatedResultToTheLiveOutputExactly(t *testing.T) {
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- starter.Main(t.Context(), waitingForRelease([]string{"--task-queue", queue, "--", "sh", "-c", script}),
-			starter.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
+		done <- starterapp.Main(t.Context(), waitingForRelease([]string{"--task-queue", queue, "--", "sh", "-c", script}),
+			starterapp.IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut},
 			client.Options{HostPort: s.Temporal.FrontendHostPort(), Namespace: s.Temporal.Namespace()}, nil)
 	}()
 	select {

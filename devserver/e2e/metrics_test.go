@@ -17,9 +17,9 @@ import (
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -45,9 +45,9 @@ func TestMetricsShowTheCountersAfterARun(t *testing.T) {
 
 	// Run 1: the first process create's response is lost, then the fresh
 	// lease's first four connects fail.
-	s.Proxy.AddRule(testsuite.Rule{Name: "lost create", Method: http.MethodPost, Path: "/sandboxes/*/processes", Times: 1, Fault: testsuite.DropResponse()})
-	s.Proxy.AddRule(testsuite.Rule{Name: "503", Method: http.MethodGet, Path: "/sandboxes/*/processes/*/connect", Times: 2, Fault: testsuite.Status(http.StatusServiceUnavailable)})
-	s.Proxy.AddRule(testsuite.Rule{Name: "429", Method: http.MethodGet, Path: "/sandboxes/*/processes/*/connect", Times: 2, Fault: testsuite.Status(http.StatusTooManyRequests)})
+	s.Proxy.AddRule(faultproxy.Rule{Name: "lost create", Method: http.MethodPost, Path: "/sandboxes/*/processes", Times: 1, Fault: faultproxy.DropResponse()})
+	s.Proxy.AddRule(faultproxy.Rule{Name: "503", Method: http.MethodGet, Path: "/sandboxes/*/processes/*/connect", Times: 2, Fault: faultproxy.Status(http.StatusServiceUnavailable)})
+	s.Proxy.AddRule(faultproxy.Rule{Name: "429", Method: http.MethodGet, Path: "/sandboxes/*/processes/*/connect", Times: 2, Fault: faultproxy.Status(http.StatusTooManyRequests)})
 	first := startRun(t, s, sandbox.Command{Argv: []string{"sh", "-c", "echo hello; echo oops >&2"}})
 	var res workflows.Result
 	require.NoError(t, first.Get(t.Context(), &res))

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
-	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 )
 
 // startOwnStack starts a stack of the test's own beside TestMain's, for the
@@ -36,7 +36,7 @@ func startOwnStack(t *testing.T, opts stack.Options) (*stack.Stack, *logBuffer) 
 	require.NoError(t, err, "start the test's own stack")
 	t.Cleanup(func() {
 		if !t.Failed() {
-			assert.NoError(t, testsuite.CheckNothingLeaked(s.Sandbox))
+			assert.NoError(t, localsandboxtest.CheckNothingLeaked(s.Sandbox))
 		}
 		if err := s.Stop(); err != nil {
 			t.Logf("stop the test's own stack: %v", err)
@@ -51,7 +51,7 @@ func runStarterOn(t *testing.T, s *stack.Stack, stdin string, args ...string) (c
 	t.Helper()
 	var out, errOut bytes.Buffer
 	started := func(wf, run string) { workflowID, runID = wf, run }
-	code = starter.Main(t.Context(), waitingForRelease(args), starter.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
+	code = starterapp.Main(t.Context(), waitingForRelease(args), starterapp.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut},
 		s.ClientOptions(), started)
 	return code, out.String(), errOut.String(), workflowID, runID
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 )
 
@@ -49,11 +49,11 @@ func TestSecretsAndTheAPIKeyNeverReachHistoryOrLogs(t *testing.T) {
 	// does not have, and a request the sandbox server rejects.
 	codeMissing, _, stderrMissing, missingWF, missingRun := runStarterOn(t, s, "",
 		"--secret-env", "TOKEN=not_on_this_worker", "--", "true")
-	require.Equal(t, starter.ExitRunFailed, codeMissing)
+	require.Equal(t, starterapp.ExitRunFailed, codeMissing)
 	assert.Contains(t, stderrMissing, "SandboxInvalidInput")
 	assert.Contains(t, stderrMissing, "not_on_this_worker", "the error names the secret, not a value")
 	codeRejected, _, stderrRejected, rejectedWF, rejectedRun := runStarterOn(t, s, "", "--shape", "s-no-such-shape", "--", "true")
-	require.Equal(t, starter.ExitRunFailed, codeRejected)
+	require.Equal(t, starterapp.ExitRunFailed, codeRejected)
 	assert.Contains(t, stderrRejected, "HTTP 400")
 
 	plain := plainClient(t, s)

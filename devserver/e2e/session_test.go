@@ -15,9 +15,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/createos"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -118,7 +118,7 @@ func TestParentCloseDestroysTheSessionsLease(t *testing.T) {
 
 	// The parent is closed; the session is cancelled and destroys its lease.
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.NoError(c, testsuite.CheckNothingLeaked(s.Sandbox))
+		assert.NoError(c, localsandboxtest.CheckNothingLeaked(s.Sandbox))
 	}, 30*time.Second, 50*time.Millisecond)
 }
 
@@ -251,7 +251,7 @@ func TestAWorkflowUsingAClosedSessionFailsByName(t *testing.T) {
 
 func TestStarterSessionWhoseLeaseFailsExitsWithItsType(t *testing.T) {
 	code, stdout, stderr := runStarter(t, "", "--shape", "s-no-such-shape", "--then", "echo never", "--", "echo", "never")
-	assert.Equal(t, starter.ExitRunFailed, code)
+	assert.Equal(t, starterapp.ExitRunFailed, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "command 1 (echo never) failed in session")
 	// The server's machine code and request id name the failure, nothing of its message.

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -27,7 +27,7 @@ const (
 // CreateLease retry, with the same idempotency key, gets the same sandbox.
 func TestLostSandboxCreateResponse(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "lost", Method: http.MethodPost, Path: sandboxesPath, Times: 1, Fault: testsuite.DropResponse()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "lost", Method: http.MethodPost, Path: sandboxesPath, Times: 1, Fault: faultproxy.DropResponse()})
 	marker := newMarker()
 
 	res, err := e.run(request(command(marker, "echo done")))
@@ -51,9 +51,9 @@ func TestLostSandboxCreateResponse(t *testing.T) {
 // createRow runs a row in which the first process create goes wrong in a
 // way that leaves its outcome unknown: the run must compensate on a fresh
 // lease and run the command there, once.
-func createRow(t *testing.T, o options, fault testsuite.Fault, forwarded bool) {
+func createRow(t *testing.T, o options, fault faultproxy.Fault, forwarded bool) {
 	e := start(t, o)
-	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: fault})
+	e.proxy.AddRule(faultproxy.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: fault})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, "echo done")))
@@ -88,24 +88,24 @@ func createRow(t *testing.T, o options, fault testsuite.Fault, forwarded bool) {
 
 // The process was created but its id never reached the worker.
 func TestLostProcessCreateResponse(t *testing.T) {
-	createRow(t, options{}, testsuite.DropResponse(), true)
+	createRow(t, options{}, faultproxy.DropResponse(), true)
 }
 
 // The process create is answered only after the worker gave up waiting.
 func TestProcessCreateTimesOut(t *testing.T) {
-	createRow(t, options{client: createos.Config{OperationTimeout: 3 * time.Second}}, testsuite.Stall(time.Minute), true)
+	createRow(t, options{client: createos.Config{OperationTimeout: 3 * time.Second}}, faultproxy.Stall(time.Minute), true)
 }
 
 // The process create is answered 502: it may or may not have happened.
 func TestProcessCreate5xx(t *testing.T) {
-	createRow(t, options{}, testsuite.Status(http.StatusBadGateway), false)
+	createRow(t, options{}, faultproxy.Status(http.StatusBadGateway), false)
 }
 
 // Every lease turns out unusable: with one fresh lease allowed, the second
 // cleanup error ends the run, and every lease is destroyed.
 func TestCompensationExhausted(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "lost", Method: http.MethodPost, Path: processesPath, Times: 2, Fault: testsuite.DropResponse()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "lost", Method: http.MethodPost, Path: processesPath, Times: 2, Fault: faultproxy.DropResponse()})
 	marker := newMarker()
 	req := request(command(marker, "echo done"))
 	req.MaxFreshLeases = 1

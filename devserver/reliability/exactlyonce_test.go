@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/activities"
-	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -32,8 +32,8 @@ func TestGateWriteDeliveredThenFailed(t *testing.T) {
 			time.Sleep(poll)
 		}
 	}
-	e.proxy.AddRule(testsuite.Rule{Name: "500", Method: http.MethodPost, Path: inputPath, Times: 1,
-		Fault: testsuite.FailAfterForward(http.StatusInternalServerError, passedGate)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "500", Method: http.MethodPost, Path: inputPath, Times: 1,
+		Fault: faultproxy.FailAfterForward(http.StatusInternalServerError, passedGate)})
 
 	run := e.startRun(request(command(marker, "echo done")))
 	res, err := e.result(run)
@@ -61,13 +61,13 @@ func TestProcessRecordedBeforeItsCommandStarts(t *testing.T) {
 	e := start(t, options{})
 	marker := newMarker()
 	workflowID := make(chan string, 1) // the run's, once it started
-	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+	e.proxy.AddRule(faultproxy.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: faultproxy.Hold(func() {
 		id := <-workflowID
 		workflowID <- id
 		e.waitHeartbeat(id)
 	})})
 	atGate := make(chan activities.ExecuteProgress, 1)
-	e.proxy.AddRule(testsuite.Rule{Name: "gate", Method: http.MethodPost, Path: inputPath, Times: 1, Fault: testsuite.Hold(func() {
+	e.proxy.AddRule(faultproxy.Rule{Name: "gate", Method: http.MethodPost, Path: inputPath, Times: 1, Fault: faultproxy.Hold(func() {
 		id := <-workflowID
 		workflowID <- id
 		recorded, _ := e.pendingExecute(id)
@@ -95,8 +95,8 @@ func TestProcessRecordedBeforeItsCommandStarts(t *testing.T) {
 // line and report a clean exit. The stream is re-read from the cursor.
 func TestSequenceGoesBackwards(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "rewind", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.RewindSequence(2)})
-	e.proxy.AddRule(testsuite.Rule{Name: "reconnect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "rewind", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: faultproxy.RewindSequence(2)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "reconnect", Method: http.MethodGet, Path: connectPath, Fault: faultproxy.Pass()})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, "sleep 0.3; echo last")))

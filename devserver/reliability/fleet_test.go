@@ -33,8 +33,8 @@ import (
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -246,7 +246,7 @@ func (f *fleet) assertNothingLeaked(hosts ...*stack.Host) {
 	f.t.Helper()
 	for _, h := range hosts {
 		assert.EventuallyWithT(f.t, func(c *assert.CollectT) {
-			assert.NoError(c, testsuite.CheckNothingLeaked(h.Sandbox), "host %s", h.Name)
+			assert.NoError(c, localsandboxtest.CheckNothingLeaked(h.Sandbox), "host %s", h.Name)
 		}, waitShort, poll)
 	}
 }

@@ -27,11 +27,12 @@ import (
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -62,7 +63,7 @@ type options struct {
 type env struct {
 	t     *testing.T
 	stack *stack.Stack
-	proxy *testsuite.FaultProxy
+	proxy *faultproxy.Proxy
 	// direct reaches the sandbox server without the proxy: the test's own
 	// hands, to release a held command.
 	direct *createos.Client
@@ -273,7 +274,7 @@ func (e *env) release(leaseID string) {
 func (e *env) assertNothingLeaked() {
 	e.t.Helper()
 	assert.EventuallyWithT(e.t, func(c *assert.CollectT) {
-		assert.NoError(c, testsuite.CheckNothingLeaked(e.stack.Sandbox))
+		assert.NoError(c, localsandboxtest.CheckNothingLeaked(e.stack.Sandbox))
 	}, waitShort, poll)
 }
 

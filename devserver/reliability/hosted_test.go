@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // The sandbox was created but its id never reached the worker, on a server
@@ -32,7 +32,7 @@ import (
 func TestLostSandboxCreateResponseOnAHostedLikeServer(t *testing.T) {
 	e := start(t, options{noWorker: true})
 	hosted := newHostedLike(t, e.stack.SandboxURL)
-	proxy, err := testsuite.NewFaultProxy(hosted.srv.URL, 1)
+	proxy, err := faultproxy.New(hosted.srv.URL, 1)
 	require.NoError(t, err)
 	t.Cleanup(proxy.Close)
 	w, err := workerapp.New(e.stack.Client, workerapp.Config{
@@ -42,7 +42,7 @@ func TestLostSandboxCreateResponseOnAHostedLikeServer(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	proxy.AddRule(testsuite.Rule{Name: "lost", Method: http.MethodPost, Path: sandboxesPath, Times: 1, Fault: testsuite.DropResponse()})
+	proxy.AddRule(faultproxy.Rule{Name: "lost", Method: http.MethodPost, Path: sandboxesPath, Times: 1, Fault: faultproxy.DropResponse()})
 	marker := newMarker()
 
 	res, err := e.run(request(command(marker, "echo done")))

@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // The kill of a timed-out command is answered 503, on each of its three
@@ -20,7 +20,7 @@ import (
 // the documented price of an unconfirmed kill.
 func TestProcessKillUnconfirmed(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Times: 3, Fault: testsuite.Status(http.StatusServiceUnavailable)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Times: 3, Fault: faultproxy.Status(http.StatusServiceUnavailable)})
 	marker := newMarker()
 	cmd := command(marker, "exec sleep 600")
 	cmd.Timeout = time.Second
@@ -54,7 +54,7 @@ func TestProcessKillUnconfirmed(t *testing.T) {
 // lease; the workflow ends canceled.
 func TestCancelMidRun(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Fault: testsuite.Pass()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "kill", Method: http.MethodDelete, Path: processPath, Fault: faultproxy.Pass()})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, heldScript)))
@@ -82,8 +82,8 @@ func TestRateLimitStorm(t *testing.T) {
 	// The worker paces its requests, as it would for the hosted service.
 	e := start(t, options{client: createos.Config{PaceInterval: 20 * time.Millisecond}})
 	const storm = 10
-	e.proxy.AddRule(testsuite.Rule{Name: "storm", Probability: 0.7, Times: storm, Fault: testsuite.Status(http.StatusTooManyRequests)})
-	e.proxy.AddRule(testsuite.Rule{Name: "calm", Fault: testsuite.Pass()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "storm", Probability: 0.7, Times: storm, Fault: faultproxy.Status(http.StatusTooManyRequests)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "calm", Fault: faultproxy.Pass()})
 	marker := newMarker()
 	req := request(command(marker, "echo done"))
 	// The storm is bounded, so retrying without limit must end; a cleanup

@@ -11,9 +11,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -26,7 +26,7 @@ import (
 // once the server had it.
 func TestWorkerKilled(t *testing.T) {
 	e := start(t, options{noWorker: true})
-	e.proxy.AddRule(testsuite.Rule{Name: "connect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "connect", Method: http.MethodGet, Path: connectPath, Fault: faultproxy.Pass()})
 	first := e.startWorker()
 	marker := newMarker()
 	req := request(command(marker, heldScript))
@@ -39,7 +39,7 @@ func TestWorkerKilled(t *testing.T) {
 	req.ActivityOptions.Execute.HeartbeatTimeout = heartbeatTimeout
 
 	workflowID := make(chan string, 1)
-	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+	e.proxy.AddRule(faultproxy.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: faultproxy.Hold(func() {
 		e.waitHeartbeat(<-workflowID)
 	})})
 	run := e.startRun(req)

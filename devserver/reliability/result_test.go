@@ -15,8 +15,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sandboxflow/sandboxflow/internal/starter"
-	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -37,7 +37,7 @@ func TestStarterDoesNotWaitForAFailingRelease(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			rule := "destroy fails (" + name + ")"
-			e.proxy.AddRule(testsuite.Rule{Name: rule, Method: http.MethodDelete, Path: sandboxPath, Fault: testsuite.Status(http.StatusServiceUnavailable)})
+			e.proxy.AddRule(faultproxy.Rule{Name: rule, Method: http.MethodDelete, Path: sandboxPath, Fault: faultproxy.Status(http.StatusServiceUnavailable)})
 			workflowID := "reliability-result-first-" + name
 			args := []string{"--workflow-id", workflowID, "--", "sh", "-c", "echo done; exit 3"}
 			if asJSON {
@@ -80,7 +80,7 @@ func TestStarterDoesNotWaitForAFailingRelease(t *testing.T) {
 func TestStarterWaitsForTheReleaseWhenAsked(t *testing.T) {
 	e := start(t, options{})
 	const rule = "destroy fails"
-	e.proxy.AddRule(testsuite.Rule{Name: rule, Method: http.MethodDelete, Path: sandboxPath, Fault: testsuite.Status(http.StatusServiceUnavailable)})
+	e.proxy.AddRule(faultproxy.Rule{Name: rule, Method: http.MethodDelete, Path: sandboxPath, Fault: faultproxy.Status(http.StatusServiceUnavailable)})
 	workflowID := "reliability-wait-release"
 
 	s := e.startStarter("--wait-release", "--workflow-id", workflowID, "--", "sh", "-c", "echo done; exit 3")
@@ -102,7 +102,7 @@ func TestStarterWaitsForTheReleaseWhenAsked(t *testing.T) {
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, e.runStatus(workflowID), "the run had ended")
 }
 
-// runningStarter is starter.Main running against the env's stack.
+// runningStarter is starterapp.Main running against the env's stack.
 type runningStarter struct {
 	stdout *watchedBuffer
 	stderr *watchedBuffer
@@ -117,7 +117,7 @@ func (e *env) startStarter(args ...string) *runningStarter {
 	opts := client.Options{HostPort: e.stack.Temporal.FrontendHostPort(), Namespace: e.stack.Temporal.Namespace()}
 	go func() {
 		defer close(s.done)
-		s.code = starter.Main(e.t.Context(), args, starter.IO{Stdin: strings.NewReader(""), Stdout: s.stdout, Stderr: s.stderr}, opts, nil)
+		s.code = starterapp.Main(e.t.Context(), args, starterapp.IO{Stdin: strings.NewReader(""), Stdout: s.stdout, Stderr: s.stderr}, opts, nil)
 	}()
 	e.t.Cleanup(func() { <-s.done }) // t.Context() has ended, so Main returns
 	return s

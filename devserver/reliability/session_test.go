@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -27,7 +27,7 @@ import (
 func TestSessionOf100CommandsReplacesOneLeaseAfterACleanupError(t *testing.T) {
 	const commands, lost, perRun = 100, 50, 30
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "lost", Method: http.MethodPost, Path: processesPath, After: lost - 1, Times: 1, Fault: testsuite.DropResponse()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "lost", Method: http.MethodPost, Path: processesPath, After: lost - 1, Times: 1, Fault: faultproxy.DropResponse()})
 
 	ctx := t.Context()
 	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
@@ -148,7 +148,7 @@ func TestSessionSurvivesATemporalRestart(t *testing.T) {
 
 	// The process create waits for a heartbeat of its Execute attempt: the
 	// SDK then holds back the next ones.
-	e.proxy.AddRule(testsuite.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: testsuite.Hold(func() {
+	e.proxy.AddRule(faultproxy.Rule{Name: "create", Method: http.MethodPost, Path: processesPath, Times: 1, Fault: faultproxy.Hold(func() {
 		e.waitHeartbeat(sess.ID())
 	})})
 	marker := newMarker()

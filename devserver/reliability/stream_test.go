@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // The output stream cannot be attached: four connects answered 503 and
@@ -21,8 +21,8 @@ import (
 // lease. No compensation: the lease is clean.
 func TestConnectFailsFourTimes(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "503", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: testsuite.Status(http.StatusServiceUnavailable)})
-	e.proxy.AddRule(testsuite.Rule{Name: "429", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: testsuite.Status(http.StatusTooManyRequests)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "503", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: faultproxy.Status(http.StatusServiceUnavailable)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "429", Method: http.MethodGet, Path: connectPath, Times: 2, Fault: faultproxy.Status(http.StatusTooManyRequests)})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, "echo done")))
@@ -62,8 +62,8 @@ func numbered(n int) (script, output string) {
 // and a replay that repeats frames loses nothing and doubles nothing.
 func TestStreamCutAndReplayed(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.CutStream(0, 200)})
-	e.proxy.AddRule(testsuite.Rule{Name: "duplicate", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.DuplicateFrames()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: faultproxy.CutStream(0, 200)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "duplicate", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: faultproxy.DuplicateFrames()})
 	marker := newMarker()
 	script, output := numbered(40)
 
@@ -87,7 +87,7 @@ func TestStreamCutAndReplayed(t *testing.T) {
 // destroyed.
 func TestSequenceGap(t *testing.T) {
 	e := start(t, options{})
-	e.proxy.AddRule(testsuite.Rule{Name: "gap", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.SequenceGap(2)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "gap", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: faultproxy.SequenceGap(2)})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, "sleep 0.2; echo two; sleep 0.2; echo three; exec sleep 600")))
@@ -114,8 +114,8 @@ func TestOutputEvicted(t *testing.T) {
 		// journal this long at most.
 		StallTimeout: 200 * time.Millisecond,
 	}})
-	e.proxy.AddRule(testsuite.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: testsuite.CutStream(2, 0)})
-	e.proxy.AddRule(testsuite.Rule{Name: "reconnect", Method: http.MethodGet, Path: connectPath, Fault: testsuite.Pass()})
+	e.proxy.AddRule(faultproxy.Rule{Name: "cut", Method: http.MethodGet, Path: connectPath, Times: 1, Fault: faultproxy.CutStream(2, 0)})
+	e.proxy.AddRule(faultproxy.Rule{Name: "reconnect", Method: http.MethodGet, Path: connectPath, Fault: faultproxy.Pass()})
 	marker := newMarker()
 
 	run := e.startRun(request(command(marker, "head -c 8000000 /dev/zero | tr '\\0' x")))

@@ -23,10 +23,10 @@ var workerBinary = sync.OnceValues(func() (string, error) {
 		return "", fmt.Errorf("find the root module: %w", err)
 	}
 	bin := filepath.Join(binDir, "worker")
-	build := exec.Command("go", "build", "-o", bin, "./worker")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/worker")
 	build.Dir = strings.TrimSpace(string(out))
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./worker: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/worker: %w\n%s", err, out)
 	}
 	return bin, nil
 })

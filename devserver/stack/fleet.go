@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // A fleet on one machine: the stack's Temporal server and any number of
@@ -46,7 +46,7 @@ type HostOptions struct {
 	// Worker configures the host's worker; its Host, sandbox URL and key
 	// are the host's.
 	Worker workerapp.Config
-	// FaultProxy puts a testsuite.FaultProxy (seeded with FaultProxySeed)
+	// FaultProxy puts a faultproxy.Proxy (seeded with FaultProxySeed)
 	// between the host's worker and its sandbox server: Host.Proxy.
 	FaultProxy     bool
 	FaultProxySeed uint64
@@ -62,7 +62,7 @@ type Host struct {
 	SandboxAPIKey string
 	// Proxy is the fault proxy in front of the sandbox server, with
 	// HostOptions.FaultProxy; the worker reaches the server through it.
-	Proxy *testsuite.FaultProxy
+	Proxy *faultproxy.Proxy
 
 	s    *Stack
 	opts HostOptions
@@ -101,7 +101,7 @@ func (s *Stack) AddHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	h.Sandbox, h.SandboxURL = srv, "http://"+ln.Addr().String()
 	go srv.Serve(ln)
 	if opts.FaultProxy {
-		if h.Proxy, err = testsuite.NewFaultProxy(h.SandboxURL, opts.FaultProxySeed); err != nil {
+		if h.Proxy, err = faultproxy.New(h.SandboxURL, opts.FaultProxySeed); err != nil {
 			srv.Shutdown(ctx)
 			return nil, fmt.Errorf("host %s: %w", opts.Name, err)
 		}

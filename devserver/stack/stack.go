@@ -33,9 +33,9 @@ import (
 	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -73,7 +73,7 @@ type Options struct {
 	// user brings both. A worker needs SandboxURL then.
 	NoSandbox bool
 
-	// FaultProxy puts a testsuite.FaultProxy (seeded with FaultProxySeed)
+	// FaultProxy puts a faultproxy.Proxy (seeded with FaultProxySeed)
 	// between the worker and the sandbox server: Stack.Proxy, to break the
 	// worker's requests on their real path.
 	FaultProxy     bool
@@ -122,7 +122,7 @@ type Stack struct {
 	Worker worker.Worker
 	// Proxy is the fault proxy in front of the sandbox server, with
 	// Options.FaultProxy; the worker reaches the sandbox through it.
-	Proxy *testsuite.FaultProxy
+	Proxy *faultproxy.Proxy
 	// CodecURL is the codec server's base URL (the Web UI posts to
 	// CodecURL/decode), with Options.Codec; "" without.
 	CodecURL string
@@ -204,7 +204,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	if opts.FaultProxy {
-		if s.Proxy, err = testsuite.NewFaultProxy(s.SandboxURL, opts.FaultProxySeed); err != nil {
+		if s.Proxy, err = faultproxy.New(s.SandboxURL, opts.FaultProxySeed); err != nil {
 			return nil, err
 		}
 	}

@@ -457,11 +457,11 @@ func workerRSS(ctx context.Context, env *bench.Env, s *stack.Stack, moduleDir st
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "worker")
-	logf("building ./worker…")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./worker")
+	logf("building ./cmd/worker…")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker")
 	build.Dir = moduleDir
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./worker: %w\n%s", err, out)
+		return nil, fmt.Errorf("go build ./cmd/worker: %w\n%s", err, out)
 	}
 	sizes := make([]int64, len(mib))
 	for i, m := range mib {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 )
 
 // world is what the soak runs on: a stack, and either its own sandbox
@@ -22,7 +22,7 @@ import (
 type world struct {
 	stack   *stack.Stack
 	servers []*localsandbox.Server
-	proxies []*testsuite.FaultProxy
+	proxies []*faultproxy.Proxy
 	hosts   []*stack.Host // a fleet's
 	kills   int           // hosts killed
 }
@@ -40,7 +40,7 @@ func startStack(ctx context.Context, cfg config, sandboxOpts localsandbox.Option
 	if err != nil {
 		return nil, err
 	}
-	return &world{stack: s, servers: []*localsandbox.Server{s.Sandbox}, proxies: []*testsuite.FaultProxy{s.Proxy}}, nil
+	return &world{stack: s, servers: []*localsandbox.Server{s.Sandbox}, proxies: []*faultproxy.Proxy{s.Proxy}}, nil
 }
 
 // fleetSweepInterval is how often the soak's hosts sweep: the orphans of

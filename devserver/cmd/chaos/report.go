@@ -18,9 +18,9 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -83,7 +83,7 @@ func analyse(ctx context.Context, w *world, outcomes []*outcome) (*report, error
 	if err := r.countLeaks(w.servers); err != nil {
 		return nil, err
 	}
-	var faultLog []testsuite.Event
+	var faultLog []faultproxy.Event
 	var history []localsandbox.ProcessRecord
 	for i, proxy := range w.proxies {
 		faultLog = append(faultLog, proxy.Log()...)
@@ -289,7 +289,7 @@ func readHistory(ctx context.Context, s *stack.Stack, o *outcome) (runHistory, e
 // on a lease found unusable (then compensation took a fresh one), or on
 // the same lease after its output connection was exhausted (four
 // connects lost in a row, then the Execute retry started it again).
-func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHistory, faultLog []testsuite.Event) {
+func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHistory, faultLog []faultproxy.Event) {
 	for i := 1; i < len(ran); i++ {
 		before, again := ran[i-1], ran[i]
 		class := extraUnexplained
@@ -313,7 +313,7 @@ func (r *report) explain(o *outcome, ran []localsandbox.ProcessRecord, h runHist
 
 // connectFaults counts the faults injected into the output streams of a
 // process.
-func connectFaults(log []testsuite.Event, pid string) int {
+func connectFaults(log []faultproxy.Event, pid string) int {
 	n := 0
 	for _, e := range log {
 		if strings.HasSuffix(e.Path, "/processes/"+pid+"/connect") {

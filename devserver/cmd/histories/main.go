@@ -30,8 +30,8 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -39,8 +39,8 @@ import (
 type scenario struct {
 	name    string
 	request workflows.Request
-	rule    *testsuite.Rule // a fault on the worker's way to the sandbox
-	cancel  bool            // cancel once the command runs
+	rule    *faultproxy.Rule // a fault on the worker's way to the sandbox
+	cancel  bool             // cancel once the command runs
 	// askResult sends the result Update (workflows.CommandResult) as soon
 	// as the run has started.
 	askResult bool
@@ -57,22 +57,22 @@ func scenarios() []scenario {
 		{name: "completed", request: workflows.Request{Command: shell("echo hello; echo oops >&2; exit 3")}},
 		{name: "timed_out", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}, Timeout: time.Second}}},
 		{name: "compensated", request: workflows.Request{Command: shell("echo once")},
-			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Times: 1, Fault: testsuite.DropResponse()}},
+			rule: &faultproxy.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Times: 1, Fault: faultproxy.DropResponse()}},
 		{name: "compensation_exhausted", request: workflows.Request{Command: shell("true"), MaxFreshLeases: 1},
-			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Fault: testsuite.Status(502)}},
+			rule: &faultproxy.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", Fault: faultproxy.Status(502)}},
 		{name: "kept_lease", request: workflows.Request{Command: shell("true"), KeepLease: true}},
 		{name: "canceled", request: workflows.Request{Command: sandbox.Command{Argv: []string{"sleep", "60"}}}, cancel: true},
 		// The result Update is answered while the lease's DELETE fails
 		// twice; and a run that fails before its command answers it with
 		// its failure.
 		{name: "result_first", request: workflows.Request{Command: shell("echo hello; exit 3")}, askResult: true,
-			rule: &testsuite.Rule{Method: http.MethodDelete, Path: "/sandboxes/*", Times: 2, Fault: testsuite.Status(503)}},
+			rule: &faultproxy.Rule{Method: http.MethodDelete, Path: "/sandboxes/*", Times: 2, Fault: faultproxy.Status(503)}},
 		{name: "result_of_failed_run", request: workflows.Request{Command: shell("true"), Lease: sandbox.LeaseSpec{Shape: "s-no-such-shape"}}, askResult: true},
 		// A session: a command, a second whose create response is lost
 		// (compensated on a fresh lease), a rejected one, pause, a third
 		// command that resumes the lease, close.
 		{name: "session", session: driveSession,
-			rule: &testsuite.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", After: 1, Times: 1, Fault: testsuite.DropResponse()}},
+			rule: &faultproxy.Rule{Method: http.MethodPost, Path: "/sandboxes/*/processes", After: 1, Times: 1, Fault: faultproxy.DropResponse()}},
 		// A session that changes its egress, forks (a command and close in
 		// the fork), and goes on on its own lease.
 		{name: "session_fork", session: driveSessionFork},

@@ -9,9 +9,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -27,13 +27,13 @@ const faultRule = "drop the first process-create response"
 // starts the command, but the worker never learns the process id, so the
 // lease may hold an orphan and must not be reused (SandboxCleanupError →
 // destroy the lease → AcquireFreshLease → run again).
-func dropFirstProcessCreate() testsuite.Rule {
-	return testsuite.Rule{
+func dropFirstProcessCreate() faultproxy.Rule {
+	return faultproxy.Rule{
 		Name:   faultRule,
 		Method: http.MethodPost,
 		Path:   "/sandboxes/*/processes",
 		Times:  1,
-		Fault:  testsuite.DropResponse(),
+		Fault:  faultproxy.DropResponse(),
 	}
 }
 

@@ -105,14 +105,17 @@ func runHost(c client.Client, cfg workerapp.Config, logger *slog.Logger) {
 	}
 	defer h.Stop()
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	if drainSignal != nil {
+		signal.Notify(signals, drainSignal)
+	}
 	for {
 		select {
 		case <-h.Drained():
 			logger.Info("drained: no lease left")
 			return
 		case sig := <-signals:
-			if sig != syscall.SIGUSR1 {
+			if sig != drainSignal {
 				return
 			}
 			h.Drain()

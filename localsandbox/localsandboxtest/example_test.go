@@ -1,6 +1,6 @@
 //go:build linux
 
-package testsuite_test
+package localsandboxtest_test
 
 import (
 	"context"
@@ -8,16 +8,18 @@ import (
 	"net/http"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
+	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
-	"github.com/sandboxflow/sandboxflow/testsuite"
+	"github.com/sandboxflow/sandboxflow/sandboxtest"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 // A workflow test with the real local sandbox server behind the SDK's test
 // environment: the command really runs, in a real sandbox.
-func ExampleNewWorkflowEnvironment() {
-	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{}) // in a test: StartLocalSandbox(t, …)
+func ExampleNewLocalSandbox() {
+	ls, err := localsandboxtest.NewLocalSandbox(localsandbox.Options{}) // in a test: StartLocalSandbox(t, …)
 	if err != nil {
 		panic(err)
 	}
@@ -27,7 +29,7 @@ func ExampleNewWorkflowEnvironment() {
 	if err != nil {
 		panic(err)
 	}
-	env := testsuite.NewWorkflowEnvironment(provider)
+	env := sandboxtest.NewWorkflowEnvironment(provider)
 	env.ExecuteWorkflow(workflows.RunCommand, workflows.Request{
 		Command: sandbox.Command{Argv: []string{"sh", "-c", "echo hello from $(hostname | cut -c1-3)"}},
 	})
@@ -43,23 +45,23 @@ func ExampleNewWorkflowEnvironment() {
 
 // Break the first process creation's response on its way back: the server
 // created the process, the client cannot know it.
-func ExampleFaultProxy() {
-	ls, err := testsuite.NewLocalSandbox(localsandbox.Options{})
+func ExampleLocalSandbox_faultProxy() {
+	ls, err := localsandboxtest.NewLocalSandbox(localsandbox.Options{})
 	if err != nil {
 		panic(err)
 	}
 	defer ls.Close()
-	proxy, err := testsuite.NewFaultProxy(ls.URL, 1)
+	proxy, err := faultproxy.New(ls.URL, 1)
 	if err != nil {
 		panic(err)
 	}
 	defer proxy.Close()
-	proxy.AddRule(testsuite.Rule{
+	proxy.AddRule(faultproxy.Rule{
 		Name:   "lost create response",
 		Method: http.MethodPost,
 		Path:   "/sandboxes/*/processes",
 		Times:  1,
-		Fault:  testsuite.DropResponse(),
+		Fault:  faultproxy.DropResponse(),
 	})
 
 	provider, err := ls.ProviderVia(proxy.URL(), createos.Config{})

@@ -1,4 +1,4 @@
-package testsuite
+package faultproxy
 
 import (
 	"bufio"
@@ -16,14 +16,14 @@ import (
 	"time"
 )
 
-// FaultProxy is an HTTP reverse proxy to put in front of any
+// Proxy is an HTTP reverse proxy to put in front of any
 // CreateOS-compatible server: point the client at the proxy's URL and add
 // Rules that break particular requests in particular ways — the failures
 // that the network and the server really produce, on the real network path.
 //
 // Requests that no rule matches are forwarded unchanged. The proxy keeps a
 // log of every fault it injected (see Log).
-type FaultProxy struct {
+type Proxy struct {
 	target    *url.URL
 	transport http.RoundTripper
 	server    *httptest.Server
@@ -195,10 +195,10 @@ type ruleState struct {
 	fired   int // faults injected
 }
 
-// NewFaultProxy starts a proxy on a loopback port in front of target (an
+// New starts a proxy on a loopback port in front of target (an
 // origin such as "http://127.0.0.1:7575"). seed makes probabilistic rules
 // reproducible. Close it when done.
-func NewFaultProxy(target string, seed uint64) (*FaultProxy, error) {
+func New(target string, seed uint64) (*Proxy, error) {
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("fault proxy: target must be an origin like http://127.0.0.1:7575")
@@ -208,7 +208,7 @@ func NewFaultProxy(target string, seed uint64) (*FaultProxy, error) {
 	// Many clients at once (a soak test) would otherwise open and close a
 	// connection to the target for most requests.
 	transport.MaxIdleConnsPerHost = 64
-	p := &FaultProxy{
+	p := &Proxy{
 		target:    u,
 		transport: transport,
 		rand:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -219,17 +219,17 @@ func NewFaultProxy(target string, seed uint64) (*FaultProxy, error) {
 
 // URL is the proxy's origin: give it to the client instead of the
 // server's.
-func (p *FaultProxy) URL() string { return p.server.URL }
+func (p *Proxy) URL() string { return p.server.URL }
 
 // Close stops the proxy and closes its connections.
-func (p *FaultProxy) Close() {
+func (p *Proxy) Close() {
 	p.server.CloseClientConnections()
 	p.server.Close()
 }
 
 // AddRule adds a rule. Rules are tried in the order they were added; the
 // first that breaks a request decides its fault.
-func (p *FaultProxy) AddRule(r Rule) {
+func (p *Proxy) AddRule(r Rule) {
 	if r.Name == "" {
 		r.Name = fmt.Sprintf("rule %d", len(p.rules)+1)
 	}
@@ -239,21 +239,21 @@ func (p *FaultProxy) AddRule(r Rule) {
 }
 
 // ClearRules removes every rule: from now on requests pass unchanged.
-func (p *FaultProxy) ClearRules() {
+func (p *Proxy) ClearRules() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rules = nil
 }
 
 // Log returns the faults injected so far, in order.
-func (p *FaultProxy) Log() []Event {
+func (p *Proxy) Log() []Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Event(nil), p.events...)
 }
 
 // Fired returns how many faults the named rule injected.
-func (p *FaultProxy) Fired(rule string) int {
+func (p *Proxy) Fired(rule string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range p.rules {
@@ -266,7 +266,7 @@ func (p *FaultProxy) Fired(rule string) int {
 
 // decide returns the fault for r, if any rule breaks it, and logs it; event
 // is the index of its entry in the log.
-func (p *FaultProxy) decide(r *http.Request) (fault Fault, event int, broken bool) {
+func (p *Proxy) decide(r *http.Request) (fault Fault, event int, broken bool) {
 	apiPath := strings.TrimPrefix(r.URL.Path, "/v1")
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -294,7 +294,7 @@ func (p *FaultProxy) decide(r *http.Request) (fault Fault, event int, broken boo
 }
 
 // record adds what the server answered to the log entry of a fault.
-func (p *FaultProxy) record(event, status int, response []byte) {
+func (p *Proxy) record(event, status int, response []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events[event].Status = status
@@ -304,7 +304,7 @@ func (p *FaultProxy) record(event, status int, response []byte) {
 // maxRecorded bounds Event.Response.
 const maxRecorded = 64 << 10
 
-func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fault, event, broken := p.decide(r)
 	if broken && fault.kind == faultStatus {
 		io.Copy(io.Discard, r.Body)
@@ -369,7 +369,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // forward sends r to the target.
-func (p *FaultProxy) forward(r *http.Request) (*http.Response, error) {
+func (p *Proxy) forward(r *http.Request) (*http.Response, error) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	out.URL.Scheme = p.target.Scheme
@@ -385,7 +385,7 @@ func isStream(r *http.Request) bool {
 }
 
 // relayStream copies an NDJSON stream line by line, applying fault.
-func (p *FaultProxy) relayStream(w http.ResponseWriter, body io.Reader, fault Fault) {
+func (p *Proxy) relayStream(w http.ResponseWriter, body io.Reader, fault Fault) {
 	flush := http.NewResponseController(w).Flush
 	reader := bufio.NewReaderSize(body, 64<<10)
 	frames, sent, dataFrames := 0, 0, 0

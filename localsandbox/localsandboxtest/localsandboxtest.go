@@ -1,6 +1,6 @@
 //go:build linux
 
-package testsuite
+package localsandboxtest
 
 import (
 	"context"

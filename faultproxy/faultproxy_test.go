@@ -1,4 +1,4 @@
-package testsuite
+package faultproxy
 
 import (
 	"bufio"
@@ -42,8 +42,8 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-func newProxy(t *testing.T, target string) *FaultProxy {
-	p, err := NewFaultProxy(target, 1)
+func newProxy(t *testing.T, target string) *Proxy {
+	p, err := New(target, 1)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p

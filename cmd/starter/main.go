@@ -24,23 +24,23 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/sandboxflow/sandboxflow/codec"
-	"github.com/sandboxflow/sandboxflow/internal/starter"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 )
 
 func main() {
 	temporalOptions, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starter: Temporal client configuration: %v\n", err)
-		os.Exit(starter.ExitUsage)
+		os.Exit(starterapp.ExitUsage)
 	}
 	keys, err := codec.LoadKeys(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starter: %v\n", err)
-		os.Exit(starter.ExitUsage)
+		os.Exit(starterapp.ExitUsage)
 	}
 	temporalOptions.DataConverter, temporalOptions.FailureConverter = codec.DataConverter(keys), codec.FailureConverter(keys)
 	// The SDK's own logs would interleave with the command's output.
 	temporalOptions.Logger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	stdio := starter.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: starter.IsTerminal(os.Stderr)}
-	os.Exit(starter.Main(context.Background(), os.Args[1:], stdio, temporalOptions, nil))
+	stdio := starterapp.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Progress: starterapp.IsTerminal(os.Stderr)}
+	os.Exit(starterapp.Main(context.Background(), os.Args[1:], stdio, temporalOptions, nil))
 }

@@ -2,7 +2,7 @@
 // for a command line, shows its progress, prints the command's output and
 // returns the command's exit code. The starter binary and `devserver run`
 // both run it, so that they behave exactly alike.
-package starter
+package starterapp
 
 import (
 	"context"

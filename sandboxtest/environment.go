@@ -1,4 +1,4 @@
-package testsuite
+package sandboxtest
 
 import (
 	"log/slog"
