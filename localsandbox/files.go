@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
 )
 
 // Files are confined to the lease's workspace and tmp directory. A path
@@ -66,14 +68,10 @@ func pathError(err error) error {
 	return err
 }
 
+// openBeneath is hostfs.Openat2: the files API's lookups are package
+// hostfs's, with the rules above.
 func openBeneath(dirfd int, rel string, flags uint64, mode uint64, resolve uint64) (int, error) {
-	for {
-		fd, err := unix.Openat2(dirfd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolve})
-		if err == unix.EAGAIN || err == unix.EINTR {
-			continue // a concurrent rename; openat2 asks to retry
-		}
-		return fd, err
-	}
+	return hostfs.Openat2(dirfd, rel, int(flags), uint32(mode), resolve)
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
@@ -181,17 +182,27 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 			return nil, noCapacity(err)
 		}
 	}
-	for _, dir := range []string{l.workspaceHost, l.tmpHost} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			l.removeDirs()
-			return nil, err
-		}
-		if err := l.owner().Chown(dir); err != nil {
-			l.removeDirs()
-			return nil, err
-		}
+	if err := l.makeFileDirs(); err != nil {
+		l.removeDirs()
+		return nil, err
 	}
 	return l, nil
+}
+
+// makeFileDirs makes the lease's workspace and tmp, its own, through
+// package hostfs as every file operation below a lease directory.
+func (l *lease) makeFileDirs() error {
+	dir, err := hostfs.Open(l.dir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	for _, name := range []string{leaseinit.WorkspaceDir, leaseinit.TmpDir} {
+		if _, err := dir.Mkdir(name, 0o700, l.owner().Host()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newLeaseDisk makes the disk of lease id, of size bytes, mounted at dir,

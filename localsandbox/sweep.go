@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
@@ -42,7 +43,7 @@ func (s *Server) sweep() error {
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		s.log.Warn("removing workspaces left behind by a previous server", "root", s.opts.Root, "count", len(entries))
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := hostfs.RemoveAll(dir); err != nil {
 		return fmt.Errorf("localsandbox: sweep: %w", err)
 	}
 	if err := os.Mkdir(dir, 0o711); err != nil {

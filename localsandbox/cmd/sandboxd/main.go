@@ -2,6 +2,7 @@
 // HTTP API of PROTOCOL.md over Linux namespaces (see package localsandbox).
 //
 //	SANDBOXD_API_KEY=secret sandboxd                  # 127.0.0.1:7575, key required
+//	sandboxd --api-key-file /etc/sandboxd/key         # the key from a file of mode 0600
 //	sandboxd --insecure-no-auth                       # loopback only, no key
 //	sandboxd --listen 127.0.0.1:9000 --root /var/lib/sandboxd
 //
@@ -24,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +43,7 @@ func main() {
 type config struct {
 	listen       string
 	apiKey       string
+	apiKeyFile   string
 	noAuth       bool
 	root         string
 	journalBytes int
@@ -81,7 +84,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7575", "address to listen on")
-	fs.StringVar(&c.apiKey, "api-key", "", "API key clients must send in X-Api-Key (default $SANDBOXD_API_KEY; prefer the variable: flags show in ps)")
+	fs.StringVar(&c.apiKey, "api-key", "", "API key clients must send in X-Api-Key; DEPRECATED: every local user sees it in ps, use --api-key-file or $SANDBOXD_API_KEY")
+	fs.StringVar(&c.apiKeyFile, "api-key-file", "", "file holding the API key clients must send in X-Api-Key (one trailing newline is dropped); its mode must give group and others nothing (default $SANDBOXD_API_KEY)")
 	fs.BoolVar(&c.noAuth, "insecure-no-auth", false, "accept requests without an API key (only on a loopback address)")
 	fs.StringVar(&c.root, "root", localsandbox.DefaultRoot(), "directory for the workspaces; cleared of a previous run's leftovers on start")
 	fs.IntVar(&c.journalBytes, "journal-bytes", localsandbox.DefaultJournalBytes, "output kept per process, in bytes")
@@ -100,19 +104,78 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if c.apiKey == "" {
-		c.apiKey = os.Getenv("SANDBOXD_API_KEY")
+	if err := c.readKey(stderr); err != nil {
+		return c, err
 	}
 	if c.apiKey != "" && c.noAuth {
 		return c, errors.New("--insecure-no-auth and an API key exclude each other")
 	}
 	if c.apiKey == "" && !c.noAuth {
-		return c, errors.New("an API key is required: set SANDBOXD_API_KEY (or --api-key), or pass --insecure-no-auth to serve loopback without one")
+		return c, errors.New("an API key is required: set SANDBOXD_API_KEY or --api-key-file, or pass --insecure-no-auth to serve loopback without one")
 	}
 	if c.uid <= 0 || c.gid <= 0 {
 		return c, errors.New("--uid and --gid must be positive: sandboxes never map to host root")
 	}
 	return c, nil
+}
+
+// keyEnv is the environment variable that holds the API key.
+const keyEnv = "SANDBOXD_API_KEY"
+
+// readKey takes the key from --api-key-file, --api-key (with a warning:
+// /proc/PID/cmdline is readable by every local user, and the key lets
+// anyone drive the server, which runs as root) or the environment, in
+// that order, one source at most. The variable is removed from the
+// environment once read, so that no process the server starts inherits
+// it.
+func (c *config) readKey(stderr io.Writer) error {
+	env := os.Getenv(keyEnv)
+	os.Unsetenv(keyEnv)
+	switch {
+	case c.apiKeyFile != "" && c.apiKey != "":
+		return errors.New("--api-key and --api-key-file exclude each other")
+	case c.apiKeyFile != "":
+		key, err := readKeyFile(c.apiKeyFile)
+		if err != nil {
+			return err
+		}
+		c.apiKey = key
+	case c.apiKey != "":
+		fmt.Fprintln(stderr, "sandboxd: warning: --api-key shows the key to every local user (ps, /proc/PID/cmdline); use --api-key-file or $"+keyEnv)
+	default:
+		c.apiKey = env
+	}
+	return nil
+}
+
+// readKeyFile reads the key from file: its content without one trailing
+// newline. A file that group or others may read is refused, as ssh
+// refuses such a private key: the key it holds is no secret any more.
+func readKeyFile(file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("--api-key-file: %s is not a regular file", file)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("--api-key-file: %s has mode %v: a key file must give group and others nothing (chmod 600)", file, fi.Mode().Perm())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	key := strings.TrimSuffix(string(b), "\n")
+	if key == "" || strings.ContainsAny(key, "\r\n") {
+		return "", fmt.Errorf("--api-key-file: %s must hold the key alone, on one line", file)
+	}
+	return key, nil
 }
 
 func run(args []string, stderr io.Writer) error {

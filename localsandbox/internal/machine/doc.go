@@ -46,6 +46,10 @@
 //     disks together from filling the host.
 //   - Fork: fork.go, CopyFiles — the upper layer, workspace and tmp of a
 //     paused lease, copied with their owners, xattrs and whiteouts.
+//   - Files of a lease's tree (upper layers, workspace, tmp, a fork's
+//     copy): only through package hostfs, by directory descriptor, never
+//     following a symlink the lease planted — MakeRoot, WriteRootFile,
+//     RemoveDir, shiftOwners.
 //
 // A refusal for lack of room (no free id range, no disk capacity) is a
 // *CapacityError, which the API answers 503.

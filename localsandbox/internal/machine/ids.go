@@ -2,9 +2,11 @@ package machine
 
 import (
 	"os"
-	"path/filepath"
 	"sync"
-	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
 )
 
 // Host ids of the leases.
@@ -53,50 +55,83 @@ func (s *IDSlots) Release(i int) {
 // Owner is the host uid and gid of a lease's root.
 type Owner struct{ UID, GID int }
 
-// Chown gives path to o, when the server is root (else the server's ids
-// are the lease's).
-func (o Owner) Chown(path string) error {
+// Host is o as package hostfs gives files away: nil when the server is
+// not root (its leases' ids are then its own, and it could not).
+func (o Owner) Host() *hostfs.Owner {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	return os.Lchown(path, o.UID, o.GID)
+	return &hostfs.Owner{UID: o.UID, GID: o.GID}
 }
 
-// shiftOwners moves every file below dirs whose owner (or group) lies in
-// from's id range to the same id of to's range: a fork's copy of its
-// source's files, made with the source's ids. The mode is set again after
-// chown, which clears set-user-id and set-group-id bits.
-func shiftOwners(dirs []string, from, to Owner) error {
+// shiftOwners moves every file below dirs (relative to the lease
+// directory dir) whose owner (or group) lies in from's id range to the
+// same id of to's range: a fork's copy of its source's files, made with
+// the source's ids. The mode is set again after chown, which clears
+// set-user-id and set-group-id bits. The copy holds what the source's
+// lease made, so the walk and every change go through package hostfs: a
+// symlink is re-owned itself, never what it points to.
+func shiftOwners(dir string, dirs []string, from, to Owner) error {
 	if from == to {
 		return nil
 	}
-	shift := func(id, fromBase, toBase int) int {
-		if id >= fromBase && id < fromBase+IDsPerLease {
-			return toBase + id - fromBase
+	shift := func(id uint32, fromBase, toBase int) int {
+		if int(id) >= fromBase && int(id) < fromBase+IDsPerLease {
+			return toBase + int(id) - fromBase
 		}
-		return id
+		return int(id)
 	}
-	for _, dir := range dirs {
-		err := filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			st := fi.Sys().(*syscall.Stat_t)
-			uid, gid := shift(int(st.Uid), from.UID, to.UID), shift(int(st.Gid), from.GID, to.GID)
+	lease, err := hostfs.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer lease.Close()
+	for _, name := range dirs {
+		top, err := lease.OpenDir(name)
+		if err != nil {
+			return err
+		}
+		change := func(parent *hostfs.Dir, name string, st *unix.Stat_t) error {
+			uid, gid := shift(st.Uid, from.UID, to.UID), shift(st.Gid, from.GID, to.GID)
 			if uid == int(st.Uid) && gid == int(st.Gid) {
 				return nil
 			}
-			if err := os.Lchown(path, uid, gid); err != nil {
+			if err := parent.Lchown(name, uid, gid); err != nil {
 				return err
 			}
-			if fi.Mode()&os.ModeSymlink == 0 && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
-				return os.Chmod(path, fi.Mode())
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+				return parent.Chmod(name, fileMode(st.Mode))
 			}
 			return nil
-		})
+		}
+		// The top directory itself, then what it holds.
+		var st unix.Stat_t
+		err = unix.Fstat(top.FD(), &st)
+		if err == nil {
+			err = change(lease, name, &st)
+		}
+		if err == nil {
+			err = top.Walk(change)
+		}
+		top.Close()
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fileMode is the permission and set-id bits of a stat mode.
+func fileMode(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&unix.S_ISUID != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
 }

@@ -3,13 +3,15 @@ package machine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
@@ -91,44 +93,52 @@ func (sp *Spec) layers() ([]leaseinit.Layer, []leaseinit.Symlink, error) {
 }
 
 // MakeRoot creates the upper and work directories of the lease's layers,
-// owned by the lease's root.
+// owned by the lease's root, and on a fresh root (not a fork's copy) the
+// usual top directories of a root file system. Everything below the lease
+// directory goes through package hostfs: a fork's copy holds what its
+// source's lease wrote, symlinks to host paths included.
 func (sp *Spec) MakeRoot() error {
 	layers, _, err := sp.layers()
 	if err != nil {
 		return err
 	}
+	dir, err := hostfs.Open(sp.Dir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	own := sp.Owner.Host()
+	freshRoot := false
 	for _, top := range []string{leaseinit.UpperDir, leaseinit.WorkDir} {
-		dirs := []string{filepath.Join(sp.Dir, top)}
+		if _, err := dir.Mkdir(top, 0o755, own); err != nil {
+			return err
+		}
 		for _, ly := range layers {
-			dirs = append(dirs, filepath.Join(sp.Dir, top, ly.Name))
-		}
-		for _, d := range dirs {
-			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			made, err := dir.Mkdir(top+"/"+ly.Name, 0o755, own)
+			if err != nil {
 				return err
 			}
-			if err := sp.Owner.Chown(d); err != nil {
-				return err
+			if top == leaseinit.UpperDir && ly.Target == "/" {
+				freshRoot = made
 			}
 		}
 	}
-	if sp.Rootfs == "" {
-		// The usual top of a root file system, empty, for the lease to fill.
+	if sp.Rootfs == "" && freshRoot {
+		// The usual top of a root file system, empty, for the lease to
+		// fill. A fork's copy has its source's, as the lease left them:
+		// the server writes nothing into it.
+		root, err := dir.OpenDir(leaseinit.UpperDir + "/root")
+		if err != nil {
+			return err
+		}
+		defer root.Close()
 		for _, d := range skeletonDirs {
-			p := filepath.Join(sp.Dir, leaseinit.UpperDir, "root", d.name)
-			if err := os.Mkdir(p, d.mode); errors.Is(err, os.ErrExist) {
-				continue // a fork's copy has it, as the lease left it
-			} else if err != nil {
-				return err
-			}
-			if err := os.Chmod(p, d.mode); err != nil {
-				return err
-			}
-			if err := sp.Owner.Chown(p); err != nil {
+			if _, err := root.Mkdir(d.name, d.mode, own); err != nil {
 				return err
 			}
 		}
 	}
-	return os.Chmod(filepath.Join(sp.Dir, leaseinit.WorkDir), 0o700)
+	return dir.Chmod(leaseinit.WorkDir, 0o700)
 }
 
 // skeletonDirs are the directories of a default root beside the lower
@@ -212,7 +222,10 @@ func closeFDs(fds []int) {
 
 // WriteRootFile writes file (an absolute path of the lease) into the upper
 // layer of the lease's root that holds it, over the lower layer's, owned
-// by the lease's root, with the directories it needs.
+// by the lease's root, with the directories it needs. It replaces what
+// the lease left at that path (a symlink is replaced, not followed); a
+// directory on the way that the lease made a symlink is an error
+// (hostfs.IsRefused).
 func (sp *Spec) WriteRootFile(file string, data []byte) error {
 	layers, _, err := sp.layers()
 	if err != nil {
@@ -229,34 +242,43 @@ func (sp *Spec) WriteRootFile(file string, data []byte) error {
 		return nil
 	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(file, best.Target), "/")
-	dir := filepath.Join(sp.Dir, leaseinit.UpperDir, best.Name)
-	for _, part := range strings.Split(filepath.Dir(rel), "/") {
-		if part == "." {
-			break
-		}
-		dir = filepath.Join(dir, part)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		if err := sp.Owner.Chown(dir); err != nil {
-			return err
-		}
-	}
-	path := filepath.Join(dir, filepath.Base(rel))
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	dir, err := hostfs.Open(sp.Dir)
+	if err != nil {
 		return err
 	}
-	return sp.Owner.Chown(path)
+	defer dir.Close()
+	upper, err := dir.OpenDir(leaseinit.UpperDir + "/" + best.Name)
+	if err != nil {
+		return err
+	}
+	defer upper.Close()
+	own := sp.Owner.Host()
+	if parent := path.Dir(rel); parent != "." {
+		if err := upper.MkdirAll(parent, 0o755, own); err != nil {
+			return err
+		}
+	}
+	return upper.WriteFile(rel, data, 0o644, own)
 }
 
 // RemoveDir removes a lease directory (its disk unmounted first).
 func RemoveDir(dir string) error {
 	// The overlays leave their work/<layer>/work directories mode 000,
 	// which only a root server could remove as they are.
-	if works, err := filepath.Glob(filepath.Join(dir, leaseinit.WorkDir, "*", "work")); err == nil {
-		for _, w := range works {
-			os.Chmod(w, 0o700)
+	if d, err := hostfs.Open(dir); err == nil {
+		if work, err := d.OpenDir(leaseinit.WorkDir); err == nil {
+			work.Walk(func(parent *hostfs.Dir, name string, st *unix.Stat_t) error {
+				if parent == work {
+					return nil // work/<layer>: look inside
+				}
+				if name == "work" && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+					parent.Chmod(name, 0o700)
+				}
+				return fs.SkipDir
+			})
+			work.Close()
 		}
+		d.Close()
 	}
-	return os.RemoveAll(dir)
+	return hostfs.RemoveAll(dir)
 }
