@@ -1,6 +1,7 @@
 package localsandbox
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
 // Ingress: preview URLs for servers inside a sandbox.
@@ -31,7 +34,8 @@ import (
 // Options.IngressPublic (sandboxd --ingress-public). A sandbox without
 // ingress_enabled answers 403; an unknown or destroyed sandbox 404; a
 // paused (or pausing, resuming, failed) one 409; a port nobody listens on
-// 502, at once (the connection is refused).
+// 502, at once (the connection is refused); an answer whose headers pass
+// network.MaxResponseHeaderBytes (64 KiB) 502, naming them.
 
 // ingressState is the server's side of preview URLs: the port of the first
 // TCP listener the server serves on, which the ingress URL template names
@@ -135,6 +139,11 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	n.Proxy(port, func(w http.ResponseWriter, _ *http.Request, err error) {
 		if bodyExpired(r) { // the client's body stalled, not the server
 			writeError(w, http.StatusRequestTimeout, "the request body did not arrive in time")
+			return
+		}
+		if errors.Is(err, network.ErrResponseHeaderTooLarge) {
+			writeError(w, http.StatusBadGateway, "the server on port "+strconv.Itoa(port)+" in the sandbox answered more than "+
+				strconv.Itoa(network.MaxResponseHeaderBytes>>10)+" KiB of headers")
 			return
 		}
 		writeError(w, http.StatusBadGateway, "nothing answers on port "+strconv.Itoa(port)+" in the sandbox")

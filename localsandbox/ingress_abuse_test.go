@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -410,5 +413,158 @@ func TestIngressIdleConnectionsAreBounded(t *testing.T) {
 	}
 	if n := ts.leaseConnections(sb.ID, 9000, ports); n > network.MaxIdlePerLease {
 		t.Errorf("the server holds %d connections into the lease after %d requests, one at a time; want at most %d", n, ports, network.MaxIdlePerLease)
+	}
+}
+
+// floodServer is a server for a lease, on port 8000, whose answers cost
+// the proxy what it can be made to hold: /headers 9 MiB of headers (under
+// net/http's default cap of 10 MiB), /early four 103 Early Hints of 56 KiB
+// of headers each before its answer, /body 8 MiB of body.
+const floodServer = `
+import socket, threading
+LINE = b"X-Big: " + b"a" * 8000 + b"\r\n"
+HEADERS = LINE * (9 * 1024 * 1024 // len(LINE))
+CHUNK = b"b" * (1 << 20)
+def serve(c):
+    try:
+        f = c.makefile("rb")
+        path = f.readline().split()[1]
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        if path == b"/headers":
+            c.sendall(b"HTTP/1.1 200 OK\r\n" + HEADERS + b"Content-Length: 0\r\n\r\n")
+        elif path == b"/early":
+            for _ in range(4):
+                c.sendall(b"HTTP/1.1 103 Early Hints\r\n" + LINE * 7 + b"\r\n")
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (8 * len(CHUNK)))
+            for _ in range(8):
+                c.sendall(CHUNK)
+    except OSError:
+        pass
+    finally:
+        c.close()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000)); s.listen(256)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+`
+
+// peakRSS resets the process's peak resident set to its current one and
+// returns a function that reports how far the peak rose since (VmHWM,
+// proc(5): writing 5 to clear_refs resets it).
+func peakRSS(t *testing.T) (rose func() (peak, base int64)) {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatalf("resetting the peak RSS: %v", err)
+	}
+	base := procStatusKiB(t, "VmHWM")
+	return func() (int64, int64) { return procStatusKiB(t, "VmHWM"), base }
+}
+
+// procStatusKiB is a field of /proc/self/status, in KiB.
+func procStatusKiB(t *testing.T, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", field, line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// A server in a lease answering huge headers to many preview requests at
+// once (a page of the lease in the user's browser can open them) must not
+// flood the server's memory. Before, each response's headers could take
+// net/http's default 10 MiB: 40 such answers at once raised this process's
+// peak RSS by hundreds of MiB. Now headers past network.MaxResponseHeaderBytes
+// are a 502 that names them, 1xx headers are capped alike, bodies stream,
+// and the peak stays within floodRSSBound whatever the mix.
+func TestIngressResponseFloodIsBounded(t *testing.T) {
+	needRoot(t)
+	const (
+		headers, early, bodies = 40, 8, 8
+		floodRSSBound          = 48 << 10 // KiB
+	)
+	ts := startServer(t, Options{})
+	sb := ts.createWith(map[string]any{"ingress_enabled": true})
+	ts.startInLease(sb.ID, "/workspace/flood.py", floodServer, 8000)
+
+	type answer struct {
+		path, status string
+		bytes        int64
+		err          error
+	}
+	paths := slices.Concat(slices.Repeat([]string{"/headers"}, headers), slices.Repeat([]string{"/early"}, early), slices.Repeat([]string{"/body"}, bodies))
+	answers := make(chan answer, len(paths))
+	rose := peakRSS(t)
+	host := previewHost(sb.ID, 8000, ts.addr())
+	for _, path := range paths {
+		go func() {
+			a := answer{path: path}
+			defer func() { answers <- a }()
+			c, err := net.Dial("tcp", ts.addr())
+			if err != nil {
+				a.err = err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * hangGuard))
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+			// The answer is read and dropped as it comes: this client holds
+			// no more than a line of it.
+			br := bufio.NewReader(c)
+			if a.status, a.err = br.ReadString('\n'); a.err != nil {
+				return
+			}
+			a.bytes, a.err = io.Copy(io.Discard, br)
+		}()
+	}
+	byPath := map[string][]answer{}
+	for range paths {
+		a := <-answers
+		byPath[a.path] = append(byPath[a.path], a)
+		if a.err != nil {
+			t.Errorf("GET %s: %v", a.path, a.err)
+		}
+	}
+	peak, base := rose()
+	t.Logf("peak RSS %d MiB over a base of %d MiB (+%d KiB) for %d preview requests at once", peak>>10, base>>10, peak-base, len(paths))
+	for _, a := range byPath["/headers"] {
+		if !strings.HasPrefix(a.status, "HTTP/1.1 502") {
+			t.Errorf("9 MiB of headers: %q, want 502", a.status)
+			break
+		}
+	}
+	for _, a := range byPath["/early"] {
+		if !strings.HasPrefix(a.status, "HTTP/1.1 103") {
+			t.Errorf("early hints: %q, want 103 then 200", a.status)
+			break
+		}
+	}
+	for _, a := range byPath["/body"] {
+		if !strings.HasPrefix(a.status, "HTTP/1.1 200") || a.bytes < 8<<20 {
+			t.Errorf("an 8 MiB body: %q, %d bytes", a.status, a.bytes)
+			break
+		}
+	}
+	if peak-base > floodRSSBound {
+		t.Errorf("the server's peak RSS rose by %d MiB under the flood, want at most %d MiB", (peak-base)>>10, floodRSSBound>>10)
+	}
+	// The 502 names what the server in the lease did.
+	if status, body := ts.preview(sb.ID, 8000, "/headers"); status != http.StatusBadGateway || !strings.Contains(body, "64 KiB of headers") {
+		t.Errorf("huge headers: %d %q", status, body)
 	}
 }
