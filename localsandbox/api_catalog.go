@@ -2,7 +2,6 @@ package localsandbox
 
 import (
 	"net/http"
-	"os"
 )
 
 // The unauthenticated routes (health and the catalog, CREATEOS-API.md
@@ -49,27 +48,11 @@ func (s *Server) getShapes(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// rootfsEntry describes a root file system of GET /v1/rootfs.
-type rootfsEntry struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-}
-
-// getRootfs answers GET /v1/rootfs: the default (the host's system
-// directories) and each directory of Options.RootfsDir a lease may use.
+// getRootfs answers GET /v1/rootfs (docs/CREATEOS-API.md §3.1): the
+// images a create may name, the default first (images.go).
 func (s *Server) getRootfs(w http.ResponseWriter, r *http.Request) error {
-	names := []string{defaultRootfs}
-	entries := []rootfsEntry{{defaultRootfs, "the host's system directories, read-only, below the sandbox's own writable layer"}}
-	if s.opts.RootfsDir != "" && s.isolation == IsolationNamespaces {
-		dir, _ := os.ReadDir(s.opts.RootfsDir)
-		for _, e := range dir {
-			if e.IsDir() && validRootfsName(e.Name()) {
-				names = append(names, e.Name())
-				entries = append(entries, rootfsEntry{Name: e.Name()})
-			}
-		}
-	}
-	return writeData(w, map[string]any{"rootfs": names, "default": defaultRootfs, "entries": entries})
+	names, def, entries := s.catalog()
+	return writeData(w, map[string]any{"rootfs": names, "default": def, "entries": entries})
 }
 
 // whoami answers GET /v1/whoami: the one user of this server, and how many

@@ -1,14 +1,11 @@
 package localsandbox
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -104,10 +101,6 @@ type sandboxView struct {
 // none.
 const serverRegion = "local"
 
-// defaultRootfs names the default root file system, the host's system
-// directories (Options.ReadOnlyPaths) below the lease's own writable layer.
-const defaultRootfs = "host"
-
 // stamp is a view's time: UTC, to the microsecond (every SDK's parser
 // takes it); the zero time stays zero (omitted).
 func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
@@ -130,7 +123,7 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 		LastResumedAt: stamp(resumedAt),
 		SpawnMS:       float64(spawnTime.Microseconds()) / 1000,
 		Shape:         l.shape.Name,
-		Rootfs:        cmp.Or(l.rootfs, defaultRootfs),
+		Rootfs:        l.rootfs,
 		Region:        serverRegion,
 		Envs:          slices.Sorted(maps.Keys(l.envs)),
 		ForkedFrom:    l.forkedFrom,
@@ -334,11 +327,8 @@ func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
 	if len(req.Rootfs) > 200 {
 		return leaseSpec{}, badRequest("rootfs must be at most 200 bytes")
 	}
-	if req.Rootfs != "" && req.Rootfs != defaultRootfs {
-		if err := s.checkRootfs(req.Rootfs); err != nil {
-			return leaseSpec{}, err
-		}
-		spec.rootfs = req.Rootfs
+	if spec.rootfs, err = s.resolveImage(req.Rootfs); err != nil {
+		return leaseSpec{}, err
 	}
 	return spec, nil
 }
@@ -390,30 +380,6 @@ func checkEnv(field string, env map[string]string) error {
 		return badRequest("%s: at most %d bytes of names and values", field, maxEnvBytes)
 	}
 	return nil
-}
-
-// checkRootfs checks that name is one of the root file systems of
-// Options.RootfsDir.
-func (s *Server) checkRootfs(name string) error {
-	if s.opts.RootfsDir == "" {
-		return badRequest("unknown rootfs: this server has no root file systems but %q (GET /v1/rootfs lists them)", defaultRootfs)
-	}
-	if s.isolation != IsolationNamespaces {
-		return badRequest("rootfs needs namespace isolation")
-	}
-	if !validRootfsName(name) {
-		return badRequest("unknown rootfs")
-	}
-	if fi, err := os.Stat(filepath.Join(s.opts.RootfsDir, name)); err != nil || !fi.IsDir() {
-		return badRequest("unknown rootfs %q", name)
-	}
-	return nil
-}
-
-// validRootfsName reports whether name can be a directory of
-// Options.RootfsDir that a lease may use.
-func validRootfsName(name string) bool {
-	return name != "" && name != "." && name != ".." && name != defaultRootfs && !strings.ContainsAny(name, "/\\,:\x00")
 }
 
 // idempotentCreate is a create made with an Idempotency-Key: repeats wait

@@ -127,7 +127,7 @@ func TestBadInputIsA4xxAndStartsNothing(t *testing.T) {
 		{"POST", "/sandboxes", `{"node_selector":{"zone":"a"}}`, 400},
 		{"POST", "/sandboxes", `{"host_id":"h-1"}`, 400},
 		{"POST", "/sandboxes", `{"bandwidth_quota_bytes":1}`, 400},
-		{"POST", "/sandboxes", `{"rootfs":"devbox:1"}`, 400},
+		{"POST", "/sandboxes", `{"rootfs":"ubuntu:24.04"}`, 400},
 		{"GET", "/sandboxes?status=bogus", "", 400},
 		{"GET", "/sandboxes?limit=-1", "", 400},
 		{"GET", "/sandboxes?offset=x", "", 400},

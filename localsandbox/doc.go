@@ -17,9 +17,12 @@
 // the life of the sandbox. Every exec and managed process is forked by it,
 // so processes of one lease see each other, share 127.0.0.1, and a
 // background process outlives the exec that started it. The root file
-// system is writable and the lease's own: overlays of the host's system
-// directories (or of a rootfs) with a per-lease upper layer, where the
-// lease's root (an unprivileged uid on the host) owns what it sees. Where
+// system is writable and the lease's own: an overlay of a read-only image
+// (by default Debian of the host's release, built once from Debian's
+// packages; images.go) with a per-lease upper layer, where the lease's root
+// (an unprivileged uid on the host) owns what it sees. A lease never sees
+// the host's files, unless the operator offers the host image, and then
+// nothing that is not world-readable on the host. Where
 // sandboxd is root, the kernel enforces the shape per lease — memory, tasks
 // and CPU through cgroups (v1 or v2), the disk as a file system of its own —
 // pause freezes the lease's cgroup, and a paused lease can be forked. What

@@ -178,6 +178,7 @@ func (ts *testServer) mustCall(method, path string, body any, out any) {
 type sandboxData struct {
 	ID        string            `json:"id"`
 	Status    string            `json:"status"`
+	Rootfs    string            `json:"rootfs"`
 	Labels    map[string]string `json:"labels"`
 	Workspace string            `json:"workspace"`
 	Isolation string            `json:"isolation"`

@@ -56,7 +56,7 @@ type lease struct {
 	uid, gid int
 	idSlot   int
 
-	rootfs  string           // the lower layer's name below Options.RootfsDir; "" = the host's
+	rootfs  string           // the image's name (images.go); "" = the default (the server's probe)
 	machine *machine.Machine // the lease init (namespace mode)
 	cgroup  machine.Cgroup   // nil when the server enforces no limits
 	disk    *machine.Disk    // nil when the server does not bound disks
@@ -101,7 +101,7 @@ type lease struct {
 type leaseSpec struct {
 	shape  shape
 	labels map[string]string
-	rootfs string // a name below Options.RootfsDir, or "" for the host's system directories
+	rootfs string // the image's canonical name (resolveImage)
 	disk   int64  // bytes of the lease's disk
 	// autoPause pauses the lease once idle that long (0: never).
 	autoPause time.Duration
@@ -247,9 +247,7 @@ func (l *lease) owner() machine.Owner { return machine.Owner{UID: l.uid, GID: l.
 func (s *Server) machineSpec(l *lease) *machine.Spec {
 	sp := &machine.Spec{Hostname: l.id, Dir: l.dir, ReadOnlyPaths: s.opts.ReadOnlyPaths, Owner: l.owner(), IDRange: l.idSlot >= 0,
 		ServerRoot: s.opts.Root, Program: s.init.path, MaxProcs: s.opts.MaxProcesses, MaxOpenFiles: s.opts.MaxOpenFiles}
-	if l.rootfs != "" {
-		sp.Rootfs = filepath.Join(s.opts.RootfsDir, l.rootfs)
-	}
+	sp.Rootfs = s.imageDir(l.rootfs)
 	return sp
 }
 
@@ -261,7 +259,15 @@ func (s *Server) startLease(l *lease) error {
 	}
 	spec := s.machineSpec(l)
 	var cg machine.Cgroup
-	err := spec.MakeRoot()
+	var err error
+	if spec.Rootfs == "" {
+		// The host image: what is not world-readable on the host stays
+		// unread (images.go).
+		spec.Masks, err = hostMasks(spec.ReadOnlyPaths)
+	}
+	if err == nil {
+		err = spec.MakeRoot()
+	}
 	if err == nil && s.limiter != nil {
 		cg, err = s.limiter.Create(l.id, machine.Limits{
 			MemoryBytes: l.shape.MemoryBytes, MaxTasks: int64(s.opts.MaxProcesses), VCPUs: l.shape.VCPUs})

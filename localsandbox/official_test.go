@@ -54,9 +54,11 @@ func (ts *testServer) rawCall(method, path string, body any) (int, string) {
 
 func TestCreateTakesAndAnswersTheOfficialFields(t *testing.T) {
 	ts := startServer(t, Options{})
+	var catalog struct{ Default string }
+	ts.mustCall("GET", "/rootfs", nil, &catalog)
 	const secret = "s3cret-value-not-to-be-shown"
 	status, body := ts.rawCall("POST", "/sandboxes", map[string]any{
-		"shape": "s-2vcpu-4gb", "name": "my-box", "region": "local", "rootfs": "host", "disk_mib": 256,
+		"shape": "s-2vcpu-4gb", "name": "my-box", "region": "local", "rootfs": "devbox:1", "disk_mib": 256,
 		"envs": map[string]string{"GREETING": "hi", "TOKEN": secret}, "egress": []string{"10.0.0.1:443"},
 		"auto_pause_after_seconds": 600, "ingress_enabled": false,
 	})
@@ -69,7 +71,7 @@ func TestCreateTakesAndAnswersTheOfficialFields(t *testing.T) {
 	}
 	c := created.Data
 	if c.Status != "running" || c.Name != "my-box" || c.Shape != "s-2vcpu-4gb" || c.VCPU != 2 || c.MemMiB != 4096 ||
-		c.DiskMiB != 256 || c.Rootfs != "host" || c.AutoPause != 600 || c.IP == "" || c.SpawnMS == nil || *c.SpawnMS <= 0 ||
+		c.DiskMiB != 256 || c.Rootfs != catalog.Default || c.AutoPause != 600 || c.IP == "" || c.SpawnMS == nil || *c.SpawnMS <= 0 ||
 		c.BandwidthQuotaBytes == nil || *c.BandwidthQuotaBytes != -1 || c.Egress == nil {
 		t.Errorf("create answered %+v", c)
 	}
@@ -107,7 +109,7 @@ func TestCreateTakesAndAnswersTheOfficialFields(t *testing.T) {
 	// Without one, the server names it.
 	var unnamed officialView
 	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb"}, &unnamed)
-	if again.Name != "my-box" || unnamed.Name == "" || unnamed.Name == "my-box" || unnamed.Rootfs != "host" || unnamed.AutoPause != 0 {
+	if again.Name != "my-box" || unnamed.Name == "" || unnamed.Name == "my-box" || unnamed.Rootfs != catalog.Default || unnamed.AutoPause != 0 {
 		t.Errorf("names: %q, %q", again.Name, unnamed.Name)
 	}
 	// Official fields this server does not serve are refused by name.
@@ -327,11 +329,12 @@ func TestRootfsListsTheDefaultAndTheDirectory(t *testing.T) {
 		Default string
 	}
 	ts.mustCall("GET", "/rootfs", nil, &rootfs)
-	want := []string{"host"}
+	want, def := []string{"host"}, "host" // process groups run on the host
 	if ts.srv.Isolation() == IsolationNamespaces {
-		want = append(want, "alpine")
+		def = ts.srv.images.debian
+		want = []string{def, "devbox:1", "alpine"}
 	}
-	if !slices.Equal(rootfs.Rootfs, want) || rootfs.Default != "host" {
+	if !slices.Equal(rootfs.Rootfs, want) || rootfs.Default != def {
 		t.Errorf("rootfs %+v, want %v", rootfs, want)
 	}
 }

@@ -2,12 +2,14 @@ package localsandbox
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/image"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
@@ -55,15 +57,34 @@ type Options struct {
 	// Default 1<<20; the ranges of 2×MaxLeases sandboxes must fit below
 	// 2^32.
 	HostIDBase int
-	// ReadOnlyPaths are the host directories that form the lower layer of a
-	// sandbox's root file system, at the same place (symlinks such as a
-	// merged-/usr /bin are recreated as symlinks; missing ones are
-	// skipped). The sandbox may write over them: its writes land in its own
-	// upper layer. Default: /usr /bin /sbin /lib /lib32 /lib64 /libx32 /etc.
+	// ImageCache is where the default image — Debian of the release the
+	// host runs, built from Debian's packages by mmdebstrap — is built,
+	// once per recipe, and kept (images.go, package image). New builds it
+	// when it is missing, which takes a minute or two and needs root and
+	// mmdebstrap. Default: $SANDBOXFLOW_IMAGE_CACHE, else
+	// /var/cache/sandboxflow/images.
+	ImageCache string
+	// ImageBuildOutput receives mmdebstrap's progress, each line prefixed
+	// "image: ", when New builds the default image. Default os.Stderr.
+	ImageBuildOutput io.Writer
+	// HostImage offers the image "host": the host's ReadOnlyPaths as the
+	// lower layer of a sandbox's root file system, each at its place,
+	// with every file and directory that is not world-readable on the host
+	// masked. Off (the default), no sandbox sees the host's files.
+	HostImage bool
+	// DefaultImage is the image of a create without rootfs: "" for the
+	// Debian image, or "host" (with HostImage; the Debian image is then
+	// offered only if the cache has it).
+	DefaultImage string
+	// ReadOnlyPaths are the host directories of the host image, at the
+	// same place (symlinks such as a merged-/usr /bin are recreated as
+	// symlinks; missing ones are skipped). The sandbox may write over
+	// them: its writes land in its own upper layer. Default: /usr /bin
+	// /sbin /lib /lib32 /lib64 /libx32 /etc.
 	ReadOnlyPaths []string
-	// RootfsDir is a directory of root file systems: a create with
-	// "rootfs": "<name>" uses RootfsDir/<name> as the lower layer of the
-	// sandbox's / instead of ReadOnlyPaths. Empty: only the default.
+	// RootfsDir is a directory of images: a create with "rootfs":
+	// "<name>" uses RootfsDir/<name> as the lower layer of the sandbox's
+	// /. Empty: none.
 	RootfsDir string
 	// InitProgram is the program each lease's init and each managed
 	// process's supervisor run: a build of cmd/sandboxflow-init from the
@@ -201,7 +222,16 @@ func DefaultRoot() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("sandboxd-%d", os.Getuid()))
 }
 
-// DefaultReadOnlyPaths are the host directories a sandbox sees by default.
+// ImageCacheEnv names the variable that overrides the default
+// Options.ImageCache.
+const ImageCacheEnv = image.CacheEnv
+
+// DefaultImageCache is the image cache a server uses when
+// Options.ImageCache is empty: $SANDBOXFLOW_IMAGE_CACHE, else
+// /var/cache/sandboxflow/images.
+func DefaultImageCache() string { return image.DefaultCacheDir() }
+
+// DefaultReadOnlyPaths are the host directories of the host image.
 func DefaultReadOnlyPaths() []string {
 	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 }
@@ -252,6 +282,18 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("localsandbox: rootfs directory %s must not contain ',', ':' or '\\'", dir)
 		}
 		o.RootfsDir = dir
+	}
+	if o.ImageCache == "" {
+		o.ImageCache = DefaultImageCache()
+	}
+	if o.ImageCache, err = filepath.Abs(o.ImageCache); err != nil {
+		return o, fmt.Errorf("localsandbox: image cache: %w", err)
+	}
+	if strings.ContainsAny(o.ImageCache, ",:\\") {
+		return o, fmt.Errorf("localsandbox: image cache %s must not contain ',', ':' or '\\'", o.ImageCache)
+	}
+	if o.ImageBuildOutput == nil {
+		o.ImageBuildOutput = os.Stderr
 	}
 	if o.ReadOnlyPaths == nil {
 		o.ReadOnlyPaths = DefaultReadOnlyPaths()

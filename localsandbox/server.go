@@ -31,16 +31,19 @@ type Server struct {
 	opts      Options
 	log       *slog.Logger
 	isolation Isolation
-	hostUID   int
-	hostGID   int
-	ids       *machine.IDSlots // the leases' host id ranges (a root server)
-	lock      *os.File
-	init      *initProgram // what lease inits and supervisors run
-	handler   http.Handler
-	history   *history
-	limiter   *machine.Limiter    // the leases' cgroups; set after the isolation probe
-	diskErr   error               // why leases' disks are not bounded (nil: they are)
-	disks     *machine.DiskBudget // Options.DiskBudgetMiB and what the leases' disks hold
+	// images is the catalog of images (images.go); nil for a server of
+	// process-group isolation.
+	images  *images
+	hostUID int
+	hostGID int
+	ids     *machine.IDSlots // the leases' host id ranges (a root server)
+	lock    *os.File
+	init    *initProgram // what lease inits and supervisors run
+	handler http.Handler
+	history *history
+	limiter *machine.Limiter    // the leases' cgroups; set after the isolation probe
+	diskErr error               // why leases' disks are not bounded (nil: they are)
+	disks   *machine.DiskBudget // Options.DiskBudgetMiB and what the leases' disks hold
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -112,6 +115,12 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.log.Info("lease inits and supervisors run the init program", "init_program", s.init.name)
+	// The probe of chooseIsolation runs a lease, on the default image.
+	if err := s.setUpImages(context.Background()); err != nil {
+		s.init.Close()
+		s.lock.Close()
+		return nil, err
+	}
 	if err := s.chooseIsolation(); err != nil {
 		s.init.Close()
 		s.lock.Close()

@@ -43,6 +43,12 @@ func TestMain(m *testing.M) {
 		srv.Serve(ln)
 		os.Exit(0)
 	}
+	if err := ensureTestImage(); err != nil {
+		fmt.Fprintf(os.Stderr, "localsandbox tests: the default image: %v\n", err)
+		if os.Getenv("CI") == "true" {
+			os.Exit(1)
+		}
+	}
 	os.Exit(m.Run())
 }
 

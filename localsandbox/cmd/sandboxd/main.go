@@ -61,6 +61,9 @@ type config struct {
 type machineFlags struct {
 	initProgram   string
 	rootfsDir     string
+	imageCache    string
+	hostImage     bool
+	defaultImage  string
 	requireLimits bool
 	diskBudgetMiB int
 }
@@ -68,13 +71,19 @@ type machineFlags struct {
 func (m *machineFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&m.requireLimits, "require-limits", false, "refuse to start unless the kernel enforces every limit of a shape (memory, processes, CPU, freezing) per sandbox")
 	fs.StringVar(&m.initProgram, "init-program", "", "the program each sandbox's init and managed process runs, a build of cmd/sandboxflow-init of this version (default $"+localsandbox.InitProgramEnv+", else sandboxflow-init beside sandboxd, else sandboxd itself, re-executed: slower)")
-	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of root file systems: a create with rootfs NAME uses DIR/NAME as the sandbox's lower layer (default: only the host's system directories)")
+	fs.StringVar(&m.rootfsDir, "rootfs-dir", "", "directory of images: a create with rootfs NAME uses DIR/NAME as the sandbox's read-only lower layer")
+	fs.StringVar(&m.imageCache, "image-cache", "", "where the default image (Debian of the host's release, from Debian's packages) is built once and kept; building needs root and mmdebstrap (default $"+localsandbox.ImageCacheEnv+", else "+localsandbox.DefaultImageCache()+")")
+	fs.BoolVar(&m.hostImage, "host-image", false, "offer the image \"host\": the host's system directories, read-only, with every file that is not world-readable on the host hidden")
+	fs.StringVar(&m.defaultImage, "default-image", "", "the image of a create without rootfs: the Debian image (default) or host (with --host-image)")
 	fs.IntVar(&m.diskBudgetMiB, "disk-budget-mib", 0, "the disks of all sandboxes together (their disk_mib) stay within this many MiB; past it a create or fork is refused (default: no budget, disks are sparse; the host's free space is checked)")
 }
 
 func (m *machineFlags) apply(o *localsandbox.Options) {
 	o.InitProgram = m.initProgram
 	o.RootfsDir = m.rootfsDir
+	o.ImageCache = m.imageCache
+	o.HostImage = m.hostImage
+	o.DefaultImage = m.defaultImage
 	o.RequireLimits = m.requireLimits
 	o.DiskBudgetMiB = m.diskBudgetMiB
 }

@@ -40,13 +40,14 @@ func TestTheKeyComesFromTheEnvironment(t *testing.T) {
 func TestMachineFlags(t *testing.T) {
 	t.Setenv("SANDBOXD_API_KEY", "k")
 	dir := t.TempDir()
-	c, err := parseFlags([]string{"--require-limits", "--rootfs-dir", dir, "--disk-budget-mib", "100000"}, io.Discard)
+	c, err := parseFlags([]string{"--require-limits", "--rootfs-dir", dir, "--disk-budget-mib", "100000",
+		"--image-cache", dir + "/images", "--host-image", "--default-image", "host"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var o localsandbox.Options
 	c.machine.apply(&o)
-	if !o.RequireLimits || o.RootfsDir != dir || o.DiskBudgetMiB != 100000 {
+	if !o.RequireLimits || o.RootfsDir != dir || o.DiskBudgetMiB != 100000 || o.ImageCache != dir+"/images" || !o.HostImage || o.DefaultImage != "host" {
 		t.Errorf("options %+v", o)
 	}
 	// A rootfs directory that does not exist stops the server from starting.

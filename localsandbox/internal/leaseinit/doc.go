@@ -35,6 +35,7 @@
 //     a supervisor; kill freezes and kills a supervisor's tree.
 //   - rootfs.go, buildRoot: the lease's root file system — the overlays
 //     of each lower layer and its upper directory (mount "overlay"), the
+//     masks of what the host image must not show (hideInUpper), the
 //     workspace and tmp binds, /dev from scratch (setupDev), its own
 //     /proc, pivot_root out of the host's tree, the hostname (the lease
 //     id), and loopback up (LoopbackUp).

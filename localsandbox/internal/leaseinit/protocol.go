@@ -29,7 +29,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/2"
+const ProtocolVersion = "sandboxflow-init/3"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
@@ -73,14 +73,20 @@ const (
 // server that is not root cannot make detached mounts) the init opens
 // LeaseDir itself.
 type Config struct {
-	Hostname     string    `json:"hostname"`
-	LeaseDir     string    `json:"lease_dir"`
-	MountFDs     bool      `json:"mount_fds"`
-	Root         string    `json:"root"` // the server's root, argv[1] of supervisors
-	Layers       []Layer   `json:"layers"`
-	Symlinks     []Symlink `json:"symlinks,omitempty"`
-	MaxProcs     uint64    `json:"max_procs"`
-	MaxOpenFiles uint64    `json:"max_open_files"`
+	Hostname string    `json:"hostname"`
+	LeaseDir string    `json:"lease_dir"`
+	MountFDs bool      `json:"mount_fds"`
+	Root     string    `json:"root"` // the server's root, argv[1] of supervisors
+	Layers   []Layer   `json:"layers"`
+	Symlinks []Symlink `json:"symlinks,omitempty"`
+	// Masks are paths of the lease's / (files or directories of a lower
+	// layer) that the init hides behind an empty file or opaque directory
+	// of the lease's own in the upper layer before the lease runs: the
+	// host files of the host image that are not world-readable
+	// (rootfs.go, hideInUpper).
+	Masks        []string `json:"masks,omitempty"`
+	MaxProcs     uint64   `json:"max_procs"`
+	MaxOpenFiles uint64   `json:"max_open_files"`
 }
 
 // Layer is one mount of the lease's root file system.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -14,16 +15,22 @@ import (
 // server laid out.
 //
 // A lease's / is writable and its own: every write lands in the lease's
-// upper directory (<lease>/upper) and vanishes with the lease. By default
-// the read-only lower layer is the host's system directories: / itself is
-// the lease's upper/root, and each of ReadOnlyPaths (/usr, /etc, …) is an
-// overlay of the host directory (lower) and upper/<name>; a merged-/usr
-// symlink such as /bin -> usr/bin is recreated as a symlink. With a rootfs
-// (Options.RootfsDir/<name>), / is one overlay of that tree and upper/root.
+// upper directory (<lease>/upper) and vanishes with the lease. The
+// read-only lower layer is an image (the server's default, or one the
+// create named): / is one overlay of that tree and upper/root. Only with
+// the host image, which an operator must offer, is it the host's system
+// directories: / itself is then the lease's upper/root, and each of
+// ReadOnlyPaths (/usr, /etc, …) an overlay of the host directory (lower)
+// and upper/<name>; a merged-/usr symlink such as /bin -> usr/bin is
+// recreated as a symlink, and each of Config.Masks — what is not
+// world-readable on the host — is hidden by an empty file or opaque
+// directory of the lease's own in the upper layer (hideInUpper).
 //
-//	/            upper/root            (or overlay: rootfs + upper/root)
+//	/            overlay: image + upper/root
+//	(host image:
+//	/            upper/root
 //	/usr         overlay: host /usr + upper/usr
-//	/etc         overlay: host /etc + upper/etc
+//	/etc         overlay: host /etc + upper/etc, masks)
 //	/workspace   bind of <lease>/workspace (the files API's)
 //	/tmp         bind of <lease>/tmp
 //	/dev         a tmpfs built from scratch: null zero full random urandom, fd links, shm
@@ -32,8 +39,8 @@ import (
 // The lease's root is uid 0 of its user namespace and HostUID on the host;
 // ids 1..65535 map to HostIDBase+1… When the server is root, each lower
 // layer is an idmapped mount that shows the host's root-owned files as
-// owned by the lease's root, so that tools which chown, write /etc or add
-// users work (the overlay copies a file up, with its owner, on first
+// owned by the lease's root (the image's files belong to host root), so
+// that tools which chown, write /etc or add users work (the overlay copies a file up, with its owner, on first
 // write). A server that is not root maps only the lease's root and cannot
 // idmap: files of the lower layer then show as owned by nobody.
 
@@ -137,6 +144,9 @@ func buildRoot(cfg *Config, fds []int) error {
 			}
 			continue
 		}
+		if err := hideInUpper(upper, lower, ly.Target, cfg.Masks); err != nil {
+			return err
+		}
 		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, path.Join(leaseDir, WorkDir, ly.Name))
 		if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
 			return fmt.Errorf("mounting the overlay at %s: %w", ly.Target, err)
@@ -191,6 +201,140 @@ func buildRoot(cfg *Config, fds []int) error {
 		return fmt.Errorf("setting the hostname: %w", err)
 	}
 	return LoopbackUp()
+}
+
+// hideInUpper makes the upper directory of a layer hide each of masks
+// (absolute paths of the lease) that lies below target, the layer's place,
+// in its lower layer: an empty file, or an opaque directory
+// (user.overlay.opaque), of the lower's mode and owner stands in the
+// upper layer in its place. The overlay then shows the lease its own empty
+// file or directory instead of the host's, which the lease may write,
+// remove or replace like any other of its files (useradd locks
+// /etc/.pwd.lock) without ever reaching the lower one: a removal leaves a
+// whiteout. An entry that the upper layer already has at that place (a
+// fork's copy) hides the lower one already; a directory there is made
+// opaque. Paths are resolved without following symlinks.
+func hideInUpper(upper, lower, target string, masks []string) error {
+	var rels []string
+	for _, m := range masks {
+		m = path.Clean("/" + m)
+		if target == "/" {
+			rels = append(rels, strings.TrimPrefix(m, "/"))
+		} else if rel, ok := strings.CutPrefix(m, target+"/"); ok {
+			rels = append(rels, rel)
+		}
+	}
+	if len(rels) == 0 {
+		return nil
+	}
+	upFD, err := unix.Open(upper, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(upFD)
+	lowFD, err := unix.Open(lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(lowFD)
+	for _, rel := range rels {
+		if err := hideOne(upFD, lowFD, rel); err != nil {
+			return fmt.Errorf("hiding %s/%s: %w", target, rel, err)
+		}
+	}
+	return nil
+}
+
+// hideOne hides rel of the lower directory lowFD in the upper one upFD.
+func hideOne(upFD, lowFD int, rel string) error {
+	parts := strings.Split(rel, "/")
+	if rel == "" || slices.Contains(parts, "..") || slices.Contains(parts, ".") || slices.Contains(parts, "") {
+		return errors.New("not a clean relative path")
+	}
+	lowerStat := func(p string) (unix.Stat_t, bool, error) {
+		var st unix.Stat_t
+		fd, err := unix.Openat2(lowFD, p, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return st, false, nil
+		}
+		if err != nil {
+			return st, false, err
+		}
+		defer unix.Close(fd)
+		return st, true, unix.Fstat(fd, &st)
+	}
+	st, ok, err := lowerStat(rel)
+	if err != nil || !ok || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return err // nothing there, or a symlink, which reveals only its target
+	}
+	// The directories above it, in the upper layer, as the lower has them.
+	dir, err := unix.Dup(upFD)
+	if err != nil {
+		return err
+	}
+	defer func() { unix.Close(dir) }()
+	for i, name := range parts[:len(parts)-1] {
+		next, err := unix.Openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			pst, ok, serr := lowerStat(strings.Join(parts[:i+1], "/"))
+			if serr != nil || !ok {
+				return serr
+			}
+			if err := unix.Mkdirat(dir, name, pst.Mode&0o7777); err != nil {
+				return err
+			}
+			unix.Fchownat(dir, name, int(pst.Uid), int(pst.Gid), unix.AT_SYMLINK_NOFOLLOW) // unmapped ids stay the init's
+			next, err = unix.Openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return nil // the lease replaced a directory above it: the lower one is hidden
+		}
+		if err != nil {
+			return err
+		}
+		unix.Close(dir)
+		dir = next
+	}
+	name := parts[len(parts)-1]
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	var have unix.Stat_t
+	switch err := unix.Fstatat(dir, name, &have, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil:
+		if have.Mode&unix.S_IFMT != unix.S_IFDIR || !isDir {
+			return nil // the upper's own entry hides the lower one
+		}
+	case errors.Is(err, unix.ENOENT):
+		if isDir {
+			err = unix.Mkdirat(dir, name, st.Mode&0o7777)
+		} else {
+			var fd int
+			fd, err = unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, st.Mode&0o7777)
+			if err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		unix.Fchownat(dir, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
+		if err := unix.Fchmodat(dir, name, st.Mode&0o7777, 0); err != nil { // past the umask
+			return err
+		}
+		if !isDir {
+			return nil
+		}
+	default:
+		return err
+	}
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsetxattr(fd, "user.overlay.opaque", []byte("y"), 0)
 }
 
 // setupDev builds /dev from scratch: the harmless character devices bound

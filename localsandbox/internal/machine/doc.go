@@ -26,8 +26,9 @@
 //   - Host id ranges: ids.go. A root server gives each lease IDsPerLease
 //     host ids of its own (IDSlots); a fork's copy is moved into its
 //     range (shiftOwners).
-//   - The root file system: rootfs.go lays it out (layers: the host's
-//     ReadOnlyPaths or a rootfs below an upper directory each), makes the
+//   - The root file system: rootfs.go lays it out (layers: an image, or
+//     the host's ReadOnlyPaths with the masks of what is not
+//     world-readable, below an upper directory each), makes the
 //     upper and work directories (MakeRoot), and hands the init idmapped
 //     read-only clones of the lower layers (setup, idmappedClone:
 //     MOUNT_ATTR_IDMAP), which the init mounts as overlays.

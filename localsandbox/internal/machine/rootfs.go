@@ -16,7 +16,7 @@ import (
 )
 
 // The lease's root file system, as the server lays it out: which layers
-// (the host's ReadOnlyPaths, or a rootfs), their upper and work
+// (an image, or the host's ReadOnlyPaths with masks), their upper and work
 // directories, and the idmapped lower layers it hands the init, which
 // builds it (leaseinit/rootfs.go says what the lease sees).
 
@@ -28,11 +28,16 @@ type Spec struct {
 	// the root file system's layers, workspace/ and tmp/
 	// (leaseinit.UpperDir …).
 	Dir string
-	// Rootfs is the host path of a root file system, the lower layer of
-	// the lease's /; empty, the lower layers are ReadOnlyPaths, each at
-	// its place.
+	// Rootfs is the host path of the lease's image, the lower layer of
+	// its /; empty, the lower layers are ReadOnlyPaths, each at its place
+	// (the host image, which only an operator chooses).
 	Rootfs        string
 	ReadOnlyPaths []string
+	// Masks are paths of the lease's / that the init hides behind an
+	// empty file or opaque directory of the lease's own
+	// (leaseinit.Config.Masks): the host files of ReadOnlyPaths that are
+	// not world-readable.
+	Masks []string
 	// Owner holds the host ids of the lease's root. With IDRange (a root
 	// server) the lease's ids 0..IDsPerLease-1 are Owner's and those after
 	// it; else the lease has its root alone.
@@ -158,7 +163,7 @@ func (sp *Spec) setup(initPID int) (leaseinit.Config, []int, error) {
 	if err != nil {
 		return leaseinit.Config{}, nil, err
 	}
-	cfg := leaseinit.Config{Hostname: sp.Hostname, LeaseDir: sp.Dir, Root: sp.ServerRoot, Symlinks: links,
+	cfg := leaseinit.Config{Hostname: sp.Hostname, LeaseDir: sp.Dir, Root: sp.ServerRoot, Symlinks: links, Masks: sp.Masks,
 		MaxProcs: uint64(sp.MaxProcs), MaxOpenFiles: uint64(sp.MaxOpenFiles)}
 	var fds []int
 	fail := func(err error) (leaseinit.Config, []int, error) {
