@@ -14,7 +14,7 @@ import (
 )
 
 // officialSDK is the vendor's TypeScript SDK, pinned: the client this
-// server must serve unchanged (CREATEOS-API.md §0).
+// server must serve unchanged (docs/CREATEOS-API.md §0).
 const officialSDK = "@nodeops-createos/sandbox@0.7.1"
 
 // TestOfficialTypeScriptSDK drives the real server with the official
