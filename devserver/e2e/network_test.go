@@ -51,7 +51,7 @@ func hostHTTPServer(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// fetchArgv prints the status of GET http://10.0.2.2:port/, the README's
+// fetchArgv prints the status of GET http://10.0.2.2:port/, docs/NETWORK.md's
 // make run example.
 func fetchArgv(port int) []string {
 	return []string{"python3", "-c",
