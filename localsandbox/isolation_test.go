@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
@@ -151,12 +152,8 @@ func TestRootIsWritableAndTheLeasesOwn(t *testing.T) {
 // An apt-style tool that adds a user, chowns and switches to it works
 // where the lower layer has it.
 func TestRootCanAddUsersAndChown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("a server that is not root maps only the sandbox's root")
-	}
-	if _, err := os.Stat("/usr/sbin/useradd"); err != nil {
-		t.Skip("no useradd on this host")
-	}
+	testenv.RequireRoot(t, "a server that is not root maps only the sandbox's root")
+	testenv.RequireFile(t, "/usr/sbin/useradd")
 	ts := startServer(t, Options{})
 	lease := ts.createLease()
 	r := ts.exec(lease, `
