@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,7 +45,7 @@ func repoFiles(t *testing.T, exts ...string) map[string]string {
 }
 
 // Every relative link of every Markdown file resolves to a file or
-// directory of the repository.
+// directory of the repository, and to a heading of it where it names one.
 func TestLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 	for path, text := range repoFiles(t, ".md") {
@@ -53,11 +54,32 @@ func TestLinksResolve(t *testing.T) {
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(path), target)); err != nil {
+			file := filepath.Join(filepath.Dir(path), target)
+			if _, err := os.Stat(file); err != nil {
 				t.Errorf("%s links to %s, which does not exist", path, target)
+				continue
+			}
+			if anchor := strings.TrimPrefix(m[2], "#"); anchor != "" && !slices.Contains(anchors(t, file), anchor) {
+				t.Errorf("%s links to %s#%s, which has no such heading", path, target, anchor)
 			}
 		}
 	}
+}
+
+// anchors returns the anchors GitHub gives the headings of a Markdown
+// file: lower case, punctuation dropped, spaces as hyphens.
+func anchors(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	for _, m := range regexp.MustCompile(`(?m)^#{1,6} (.+)$`).FindAllStringSubmatch(string(b), -1) {
+		out = append(out, strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-"))
+	}
+	return out
 }
 
 // Every test or fuzz target a document names (the threat model's rows,
