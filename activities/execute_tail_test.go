@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,38 @@ func TestOutputTailKeepsTheBoundedEndAndItsOffset(t *testing.T) {
 	assert.True(t, strings.HasSuffix(tail.Text, "éx"))
 	assert.LessOrEqual(t, len(tail.Text), LiveTailBytes)
 	assert.Equal(t, tail.End-int64(len(tail.Text)), tail.Start())
+}
+
+// The tail's cut falls in the middle of a character at every byte
+// position of characters of 2, 3 and 4 bytes, whether the stream comes in
+// one piece or a character at a time: the tail then starts at the next
+// character, so it is valid UTF-8, a suffix of the stream, within
+// LiveTailBytes and short of it by less than one character.
+func TestOutputTailCutsMidCharacterAtTheNextCharacter(t *testing.T) {
+	for _, char := range []string{"é", "€", "😀"} {
+		for pad := range len(char) { // shifts the cut through each byte of the character
+			for _, perAppend := range []int{1, 3, LiveTailBytes} { // characters per append
+				name := fmt.Sprintf("%s/pad=%d/per=%d", char, pad, perAppend)
+				var tail OutputTail
+				stream := strings.Repeat("a", pad)
+				tail.append(stream)
+				for len(stream) < 3*LiveTailBytes {
+					chunk := strings.Repeat(char, perAppend)
+					stream += chunk
+					tail.append(chunk)
+					if !assert.True(t, utf8.ValidString(tail.Text), "%s: the tail starts inside a character: % x…", name, tail.Text[:min(4, len(tail.Text))]) {
+						break
+					}
+					assert.True(t, strings.HasSuffix(stream, tail.Text), "%s: the tail is the stream's end", name)
+					assert.Equal(t, int64(len(stream)), tail.End, name)
+					if len(stream) > LiveTailBytes {
+						assert.LessOrEqual(t, len(tail.Text), LiveTailBytes, name)
+						assert.Greater(t, len(tail.Text), LiveTailBytes-len(char), "%s: cut at the next character, not later", name)
+					}
+				}
+			}
+		}
+	}
 }
 
 func TestReattachContinuesTheOutputTailsOfTheEarlierAttempt(t *testing.T) {

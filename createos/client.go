@@ -18,7 +18,7 @@ type Client struct {
 	reconnectDelay time.Duration
 	pollInterval   time.Duration
 	// retryBase is the base of the backoff between two attempts of one
-	// request (CREATEOS-API.md §4.2).
+	// request (docs/CREATEOS-API.md §4.2).
 	retryBase time.Duration
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // SetEgress replaces a sandbox's egress rules (PUT /sandboxes/{id}/egress,
-// CREATEOS-API.md §3.6) in one step: new connections follow them. The
+// docs/CREATEOS-API.md §3.6) in one step: new connections follow them. The
 // rules are checked first (sandbox.CheckEgress); an empty list is sent as
 // [], which the API reads as "allow all" (as far as the server's policy
 // allows). A sandbox that is gone (404) is a *sandbox.LeaseGoneError; rules

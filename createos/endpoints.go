@@ -65,7 +65,8 @@ func (c *Client) createSandbox(ctx context.Context, body createSandboxBody, idem
 	}
 	if data.Status == "" {
 		// The TypeScript SDK documents a create answer without a status
-		// and takes it for running (CREATEOS-API.md §6.1); a GET settles it.
+		// and takes it for running (docs/CREATEOS-API.md §6, conflict 1);
+		// a GET settles it.
 		data.Status = string(sandbox.StatusCreating)
 	}
 	return data, nil
@@ -95,7 +96,7 @@ func (c *Client) deleteSandbox(ctx context.Context, id string) error {
 
 const (
 	// pageSize is the limit asked of each page of a list: the most the
-	// hosted service gives (CREATEOS-API.md §1.7).
+	// hosted service gives (docs/CREATEOS-API.md §1.7).
 	pageSize = 500
 	// maxPages bounds one list walk against a server that never ends it.
 	maxPages = 1000
@@ -114,7 +115,7 @@ func (c *Client) listSandboxes(ctx context.Context, filter url.Values) (all []sa
 			return nil, err
 		}
 		all = append(all, items...)
-		// CREATEOS-API.md §4.6: the next offset counts what came, never the
+		// docs/CREATEOS-API.md §4.6: the next offset counts what came, never the
 		// page size asked (the server clamps it).
 		offset += len(items)
 		if len(items) == 0 || total < 0 || offset >= total {
@@ -274,7 +275,7 @@ const longestWait = 30 * time.Second
 
 // waitTree waits up to d for a process's whole tree to exit. exited is
 // false when it had not: 408, or (what the hosted service may answer at
-// the timeout, CREATEOS-API.md §3.12) the process's current state, still
+// the timeout, docs/CREATEOS-API.md §3.12) the process's current state, still
 // starting, running or terminating, or with tree_exited false.
 func (c *Client) waitTree(ctx context.Context, leaseID, pid string, d time.Duration) (te treeExit, exited bool, err error) {
 	rq := request{op: "wait for process", method: http.MethodGet, path: processPath(leaseID, pid) + "/wait",

@@ -13,7 +13,7 @@ import (
 )
 
 // ForkLease makes a new sandbox whose files start as a copy of a paused
-// sandbox's (POST /sandboxes/{id}/fork, CREATEOS-API.md §3.3), waits until
+// sandbox's (POST /sandboxes/{id}/fork, docs/CREATEOS-API.md §3.3), waits until
 // it runs and prepares its workspace, as CreateLease does. Processes are
 // not carried over.
 //
@@ -129,7 +129,7 @@ func forkMayExist(err error) bool {
 	case errors.As(err, &notSent):
 		return false
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-		return false // the server did not process it (CREATEOS-API.md §1.9)
+		return false // the server did not process it (docs/CREATEOS-API.md §1.9)
 	case status >= 500:
 		return true
 	case status != 0:

@@ -22,7 +22,7 @@ import (
 )
 
 // hostedFake is a server that behaves like the hosted CreateOS service as
-// CREATEOS-API.md describes it, where it differs from the project's own
+// docs/CREATEOS-API.md describes it, where it differs from the project's own
 // sandboxd:
 //
 //   - no labels (the create's labels field is ignored, views have none) and

@@ -103,7 +103,7 @@ func (c *Client) recoverCreate(ctx context.Context, name string, createErr error
 	found, ok, err := c.findByName(ctx, name, nil)
 	if err == nil && !ok && status == http.StatusConflict {
 		// The name is taken, but not by a listed sandbox: the default list
-		// may leave out the ones that are gone (CREATEOS-API.md §2.4).
+		// may leave out the ones that are gone (docs/CREATEOS-API.md §2.4).
 		for _, gone := range []sandbox.LeaseStatus{sandbox.StatusDestroyed, sandbox.StatusFailed} {
 			if found, ok, err = c.findByName(ctx, name, url.Values{"status": {string(gone)}}); err != nil || ok {
 				break
@@ -124,7 +124,7 @@ func (c *Client) recoverCreate(ctx context.Context, name string, createErr error
 }
 
 // findByName walks the sandbox list (with filter) for the one named name:
-// the list has no name filter (CREATEOS-API.md §5).
+// the list has no name filter (docs/CREATEOS-API.md §5).
 func (c *Client) findByName(ctx context.Context, name string, filter url.Values) (sandboxData, bool, error) {
 	all, err := c.listSandboxes(ctx, filter)
 	if err != nil {
@@ -349,7 +349,7 @@ func (c *Client) toLease(data sandboxData) (sandbox.Lease, error) {
 	return sandbox.Lease{ID: data.ID, Status: sandbox.LeaseStatus(data.Status), Workspace: workspace, Labels: data.Labels}, nil
 }
 
-// checkStatusName accepts the states of CREATEOS-API.md §2.1.
+// checkStatusName accepts the states of docs/CREATEOS-API.md §2.1.
 func checkStatusName(status string) error {
 	if sandbox.LeaseStatus(status).Known() {
 		return nil

@@ -11,7 +11,7 @@ import (
 )
 
 // Sandbox names stand in for labels and the Idempotency-Key on a server
-// that has neither, such as the hosted service (CREATEOS-API.md §5), where
+// that has neither, such as the hosted service (docs/CREATEOS-API.md §5), where
 // a name is unique per user. A create carries the name
 //
 //	<prefix>--<label segment>-…-<create segment>

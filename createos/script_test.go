@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,9 +30,7 @@ func runScript(t *testing.T, workspace string, spec scriptSpec) (stdout string, 
 // to; the pipe stays open until the script exits, as the server's does.
 func runGated(t *testing.T, workspace string, spec scriptSpec, gate func(stdin io.WriteCloser)) (stdout string, exitCode int) {
 	t.Helper()
-	if _, err := os.Stat(shell); err != nil {
-		t.Skip("no " + shell)
-	}
+	testenv.RequireFile(t, shell)
 	spec.token = "TOKEN"
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

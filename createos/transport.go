@@ -52,7 +52,7 @@ const (
 	// that its connection may be reused.
 	maxDrain = 64 << 10
 	// maxRetries is how many times a request is repeated after a failure
-	// worth another try (CREATEOS-API.md §4.1): 3 attempts in all.
+	// worth another try (docs/CREATEOS-API.md §4.1): 3 attempts in all.
 	maxRetries = 2
 	// defaultRetryBase and maxRetryDelay shape the backoff between
 	// attempts: base × 2^attempt + jitter in [0, base), at most the max.
@@ -106,7 +106,7 @@ func (c *Client) call(ctx context.Context, rq request, out any) error {
 }
 
 // attempt paces and sends rq once. again reports whether the failure is
-// worth another try under CREATEOS-API.md §4.1: a network error or 408,
+// worth another try under docs/CREATEOS-API.md §4.1: a network error or 408,
 // 500, 502, 504 for an idempotent method; 429 and 503 (the server did not
 // process the request) for any; never for a raw upload body (as the Go
 // SDK). retryAfter is the server's Retry-After, or -1.
@@ -162,7 +162,7 @@ func idempotent(method string) bool {
 	return false
 }
 
-// retryableStatus applies the retry table of CREATEOS-API.md §4.1.
+// retryableStatus applies the retry table of docs/CREATEOS-API.md §4.1.
 func retryableStatus(method string, status int) bool {
 	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
@@ -254,7 +254,7 @@ func checkStatus(op string, resp *http.Response) error {
 // into an error text.
 var machineToken = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$`)
 
-// errorCode reads the machine code of a JSend failure body (CREATEOS-API.md
+// errorCode reads the machine code of a JSend failure body (docs/CREATEOS-API.md
 // §1.5): data.code of a fail envelope (a string), or the top-level code of
 // an error envelope (an integer; dropped when it only repeats the HTTP
 // status). The message is never read. It drains the body.

@@ -174,7 +174,7 @@ func TestPaymentRequired(t *testing.T) {
 	assertNothingLeaks(t, err)
 }
 
-// The retry table of CREATEOS-API.md §4.1: idempotent methods are tried
+// The retry table of docs/CREATEOS-API.md §4.1: idempotent methods are tried
 // again after a network error or 408/500/502/504; any method after 429 or
 // 503; nothing else, and never a raw upload.
 func TestRetryRules(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"net/http"
 )
 
-// The unauthenticated routes (health and the catalog, CREATEOS-API.md
+// The unauthenticated routes (health and the catalog, docs/CREATEOS-API.md
 // §3.1), whoami, and the pagination of lists (§1.7).
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {

@@ -6,7 +6,7 @@ import (
 )
 
 // The network endpoints: GET/PUT /v1/sandboxes/{id}/egress and the
-// bandwidth routes (CREATEOS-API §3.6), PATCH /v1/sandboxes/{id} for
+// bandwidth routes (docs/CREATEOS-API.md §3.6), PATCH /v1/sandboxes/{id} for
 // ingress_enabled (§3.2).
 
 // egressView is the answer of the egress endpoints: the egress in force.
@@ -98,7 +98,7 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, s.view(l, false))
 }
 
-// bandwidthView is GET /sandboxes/{id}/bandwidth (CREATEOS-API §3.6). The
+// bandwidthView is GET /sandboxes/{id}/bandwidth (docs/CREATEOS-API.md §3.6). The
 // local server meters nothing: quota and remaining are -1 (unmetered);
 // used_bytes and ingress_bytes are what crossed the lease's outward
 // interface, out and in.

@@ -33,7 +33,7 @@ const (
 )
 
 // processRequest is the body of POST /processes (and, with stream and
-// stdin, of POST /exec): CREATEOS-API.md §3.12 and §3.4.
+// stdin, of POST /exec): docs/CREATEOS-API.md §3.12 and §3.4.
 type processRequest struct {
 	Cmd  string            `json:"cmd"`
 	Args []string          `json:"args"`
@@ -110,7 +110,7 @@ func (s *Server) createProcess(w http.ResponseWriter, r *http.Request) error {
 }
 
 // processView is a managed process as the API shows it (ManagedProcess,
-// CREATEOS-API.md §3.12).
+// docs/CREATEOS-API.md §3.12).
 type processView struct {
 	ProcessID    string       `json:"process_id"`
 	Kind         string       `json:"kind"`
@@ -267,7 +267,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 }
 
 // allowedSignals are the signals a client may send to a process tree: the
-// official ones (CREATEOS-API.md §3.12) and [ext] SIGALRM.
+// official ones (docs/CREATEOS-API.md §3.12) and [ext] SIGALRM.
 var allowedSignals = map[string]syscall.Signal{
 	"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT,
 	"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1,

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// routes maps the API's endpoints (PROTOCOL.md; CREATEOS-API.md §3).
+// routes maps the API's endpoints (PROTOCOL.md; docs/CREATEOS-API.md §3).
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for pattern, h := range map[string]handlerFunc{
@@ -60,7 +60,7 @@ func (s *Server) routes() http.Handler {
 }
 
 // sandboxView is a sandbox as the API shows it: the official SandboxView
-// (CREATEOS-API.md §3.2), then the project's extensions.
+// (docs/CREATEOS-API.md §3.2), then the project's extensions.
 type sandboxView struct {
 	ID            string    `json:"id"`
 	Status        string    `json:"status"`
@@ -232,7 +232,7 @@ func (s *Server) peekLease(r *http.Request) (*lease, error) {
 }
 
 // createSandboxRequest is the body of POST /v1/sandboxes: every field of
-// the official create (CREATEOS-API.md §3.2), and the project's labels.
+// the official create (docs/CREATEOS-API.md §3.2), and the project's labels.
 type createSandboxRequest struct {
 	Shape          string            `json:"shape"`
 	Rootfs         string            `json:"rootfs,omitempty"`

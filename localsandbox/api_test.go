@@ -2,6 +2,7 @@ package localsandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 )
 
 func TestAuthIsRequired(t *testing.T) {
@@ -78,7 +81,7 @@ func TestNoAuthOnlyOnLoopback(t *testing.T) {
 	defer srv.Shutdown(context.Background())
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
-		t.Skip("cannot listen on a non-loopback address:", err)
+		testenv.Missing(t, fmt.Sprint("cannot listen on a non-loopback address: ", err))
 	}
 	defer ln.Close()
 	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "without an API key") {

@@ -1,5 +1,5 @@
 // Package localsandbox is a local sandbox server that speaks the CreateOS
-// sandbox HTTP API (see PROTOCOL.md), in the official shapes: the vendor's
+// sandbox HTTP API (docs/PROTOCOL.md), in the official shapes: the vendor's
 // SDKs run against it unchanged (officialsdk_test.go). It is the server
 // behind `make run`, and the real server that integration and fault tests
 // run against. cmd/sandboxd runs it as a program; tests and other programs
@@ -28,7 +28,7 @@
 // pause freezes the lease's cgroup, and a paused lease can be forked. What
 // is not enforced is said in the log and in each sandbox's view. Where
 // namespaces are unavailable, the server falls back to process groups and
-// says so. See the README for what neither mode protects against.
+// says so. What neither mode protects against: docs/THREAT-MODEL.md.
 //
 // # Where things are
 //
@@ -39,7 +39,9 @@
 // processes and the pump of their output (process.go), the leases'
 // network settings and views (network.go), and the sweep of what a
 // crashed server left (sweep.go). The rest lives in rooms of its own, each
-// with a package doc that says where each mechanism is applied:
+// with a package doc that says where each mechanism is applied. Imports run
+// one way, down the list: the server imports the rooms; machine and network
+// import leaseinit, which imports confine and proctree.
 //
 //	internal/network    a lease's network namespace, slirp4netns, the egress table, the preview proxy
 //	internal/machine    the server's side of a lease machine: its init in its namespaces, the root's
@@ -54,15 +56,17 @@
 //
 //   - the memory limit applied (and the tasks limit, the CPU quota):
 //     internal/machine/cgroups.go, Limiter.Create; the init joins the group
-//     before it forks anything in machine.Start (machine.go);
+//     before it forks anything in machine.Start
+//     (internal/machine/machine.go);
 //   - the disk limit: internal/machine/disk.go, NewDisk;
-//   - a pause: internal/machine/freezer.go;
+//   - a pause: internal/machine/freezer.go (without a freezer,
+//     proctree.Freeze from lease.go);
 //   - the egress rule enforced: internal/network/egress.go, applyEgress,
 //     an nftables table in the lease's network namespace;
 //   - the output journal evicted: internal/journal/journal.go,
 //     Journal.Append;
 //   - the root file system mounted: internal/leaseinit/rootfs.go,
-//     buildRoot;
+//     buildRoot (its layers chosen in internal/machine/rootfs.go);
 //   - the seccomp filter applied: internal/leaseinit/leaseinit.go,
 //     confineChild, through internal/confine.
 //

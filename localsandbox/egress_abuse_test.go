@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
@@ -177,7 +178,7 @@ func TestEgressPathCountsAgainstTheLeasesShape(t *testing.T) {
 	ts := startServer(t, Options{Egress: EgressAny})
 	lm := ts.srv.limiter
 	if !lm.Enforces("cpu") {
-		t.Skip("the server has no cpu cgroup")
+		testenv.Missing(t, "the server has no cpu cgroup")
 	}
 	sb := ts.createWith(nil)
 	ts.srv.mu.Lock()

@@ -10,12 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 )
 
@@ -24,19 +23,8 @@ import (
 // slirp4netns).
 func needNetwork(t *testing.T) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "lease networks need a server running as root"
-	} else if _, err := exec.LookPath("slirp4netns"); err != nil {
-		why = "slirp4netns is not installed (apt-get install slirp4netns)"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	testenv.RequireRoot(t, "lease networks need a server running as root")
+	testenv.RequireCommand(t, "slirp4netns")
 }
 
 // hostServer serves body on the host's 127.0.0.1 and returns its port,

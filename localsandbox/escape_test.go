@@ -2,6 +2,7 @@ package localsandbox
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,9 +23,7 @@ import (
 // python runs a Python program in the lease as a one-shot exec.
 func (ts *testServer) python(lease, program string) execResult {
 	ts.t.Helper()
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		ts.t.Skip("no /usr/bin/python3 on this host")
-	}
+	testenv.RequireFile(ts.t, "/usr/bin/python3")
 	return ts.exec(lease, "/usr/bin/python3 - <<'PY'\n"+program+"\nPY")
 }
 
@@ -91,7 +91,7 @@ func openPTY(t *testing.T) (ptmx, pts *os.File) {
 	t.Helper()
 	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
+		testenv.Missing(t, fmt.Sprintf("no pseudo-terminals here: %v", err))
 	}
 	t.Cleanup(func() { ptmx.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
@@ -252,9 +252,7 @@ func TestSignalsDoNotEndTheLease(t *testing.T) {
 // process that got out of one lease owned every other lease's files. Now
 // each lease has 65536 host ids of its own, shared with nobody.
 func TestLeasesShareNoHostID(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("id ranges need a root server")
-	}
+	testenv.RequireRoot(t, "id ranges need a root server")
 	ts := startServer(t, Options{})
 	a, b := ts.createLease(), ts.createLease()
 	owners := map[string][2]int{}

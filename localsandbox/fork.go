@@ -26,7 +26,7 @@ import (
 // files, as a machine booted from a disk snapshot would. The source stays
 // paused, and cannot be resumed until the copy is done.
 
-// forkRequest is the body of POST /fork (CREATEOS-API.md §3.3); an omitted
+// forkRequest is the body of POST /fork (docs/CREATEOS-API.md §3.3); an omitted
 // field inherits the source's.
 type forkRequest struct {
 	StartPaused    bool              `json:"start_paused,omitempty"`

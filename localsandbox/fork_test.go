@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,9 +162,7 @@ func TestForkTakesTheOfficialBody(t *testing.T) {
 // unmounted after the server has shut down.
 func tmpfsRoot(t *testing.T, mib int) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a disk of its own needs root")
-	}
+	testenv.RequireRoot(t, "a disk of its own needs root")
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm", mib)); err != nil {
 		t.Fatalf("mounting a tmpfs: %v", err)
@@ -207,7 +206,7 @@ func (ts *testServer) forkAndWait(src string) (id, status string) {
 func TestForksCannotFillTheHostsDisk(t *testing.T) {
 	ts := startServer(t, Options{Root: tmpfsRoot(t, 320)})
 	if ts.srv.diskErr != nil {
-		t.Skipf("disks are not bounded here: %v", ts.srv.diskErr)
+		testenv.Missing(t, fmt.Sprintf("disks are not bounded here: %v", ts.srv.diskErr))
 	}
 	other := ts.createWith(map[string]any{"disk_mib": 64}).ID
 	src := ts.createWith(map[string]any{"disk_mib": 192}).ID
@@ -239,7 +238,7 @@ func TestForksCannotFillTheHostsDisk(t *testing.T) {
 func TestDiskBudgetBoundsTheSumOfTheDisks(t *testing.T) {
 	ts := startServer(t, Options{DiskBudgetMiB: 300})
 	if ts.srv.diskErr != nil {
-		t.Skipf("disks are not bounded here: %v", ts.srv.diskErr)
+		testenv.Missing(t, fmt.Sprintf("disks are not bounded here: %v", ts.srv.diskErr))
 	}
 	a := ts.createWith(map[string]any{"disk_mib": 128}).ID
 	b := ts.createWith(map[string]any{"disk_mib": 128}).ID

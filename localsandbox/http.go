@@ -166,7 +166,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeFailure(w, status, "", msg)
 }
 
-// writeFailure answers a failure in the JSend envelopes of CREATEOS-API.md
+// writeFailure answers a failure in the JSend envelopes of docs/CREATEOS-API.md
 // §1.5: a 4xx is {"status":"fail","data":{"code":"<CODE>","message":"…"}}
 // (code "" is the status's own, statusCode), a 5xx is
 // {"status":"error","message":"…","code":<status>}. A 429 or 503 is a
@@ -312,7 +312,7 @@ func queryDuration(r *http.Request, name string, def, max time.Duration) (time.D
 	return time.Duration(ms) * time.Millisecond, err
 }
 
-// publicRoutes are the paths served without a key (CREATEOS-API.md §1.2),
+// publicRoutes are the paths served without a key (docs/CREATEOS-API.md §1.2),
 // to GET and HEAD: health and the catalog, nothing of any sandbox.
 var publicRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/v1/shapes": true, "/v1/rootfs": true}
 
@@ -442,7 +442,7 @@ func (s *Server) withRecover(next http.Handler) http.Handler {
 }
 
 // withRequestID names every answer with an X-Request-Id of its own
-// (CREATEOS-API.md §1.8), which the server's logs of the request carry too.
+// (docs/CREATEOS-API.md §1.8), which the server's logs of the request carry too.
 // A client's own X-Request-Id is never echoed.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -5,10 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"golang.org/x/net/websocket"
 )
 
@@ -16,13 +16,7 @@ import (
 // the leases' network namespaces), and fails it under CI.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("ingress needs a server running as root")
-	}
-	t.Skip("ingress needs a server running as root")
+	testenv.RequireRoot(t, "ingress needs a server running as root")
 }
 
 // preview sends GET path to the server with the preview Host of port in
@@ -244,7 +238,7 @@ func TestPreviewIsLoopbackOnly(t *testing.T) {
 		}
 	}
 	if public == nil {
-		t.Skip("this machine has no address but loopback")
+		testenv.Missing(t, "this machine has no address but loopback")
 	}
 	ts := startServer(t, Options{})
 	sb := ts.createWith(map[string]any{"ingress_enabled": true})

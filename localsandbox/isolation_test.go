@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
 )
 
@@ -152,9 +153,7 @@ func TestRootIsWritableAndTheLeasesOwn(t *testing.T) {
 // An apt-style tool that adds a user, chowns and switches to it works
 // (the image has useradd and su).
 func TestRootCanAddUsersAndChown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("a server that is not root maps only the sandbox's root")
-	}
+	testenv.RequireRoot(t, "a server that is not root maps only the sandbox's root")
 	ts := startServer(t, Options{})
 	lease := ts.createLease()
 	r := ts.exec(lease, `

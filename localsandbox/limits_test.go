@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 )
 
@@ -51,7 +52,7 @@ func hostHasCgroups() bool { return machine.NewLimiter("", true).Version() != ""
 func requireEnforced(t *testing.T, ts *testServer, lease string, what func(limitsData) bool) {
 	t.Helper()
 	if !hostHasCgroups() {
-		t.Skip("this host cannot enforce the limit")
+		testenv.Missing(t, "this host cannot enforce the limit")
 	}
 	if l := ts.limits(lease); !what(l) {
 		t.Fatalf("the host has cgroups, but the view says the limit is not enforced: %+v", l)
@@ -142,7 +143,7 @@ func TestViewSaysWhatIsNotEnforced(t *testing.T) {
 
 func TestRequireLimitsStartsWhereEnforced(t *testing.T) {
 	if !hostHasCgroups() {
-		t.Skip("no cgroups here")
+		testenv.Missing(t, "no cgroups here")
 	}
 	ts := startServer(t, Options{RequireLimits: true})
 	if l := ts.limits(ts.createLease()); !l.MemoryEnforced || !l.ProcessesEnforced || !l.CPUEnforced || !l.PauseFreezes {
@@ -169,7 +170,7 @@ func TestDiskLimitFailsWritesWithENOSPC(t *testing.T) {
 		t.Errorf("disk_bytes %d", v.Limits.DiskBytes)
 	}
 	if machine.DiskSupport() != nil {
-		t.Skip("this host cannot bound disks")
+		testenv.Missing(t, "this host cannot bound disks")
 	}
 	if !v.Limits.DiskEnforced {
 		t.Fatal("the host can bound disks, but the view says the disk is not bounded")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
@@ -19,9 +20,7 @@ import (
 // own, each exec had fresh namespaces and its background processes died
 // with it.)
 func TestBackgroundServerOutlivesItsExecAndIsReachable(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no python3 on this host")
-	}
+	testenv.RequireFile(t, "/usr/bin/python3")
 	ts := startServer(t, Options{})
 	lease := ts.createLease()
 	r := ts.exec(lease, `sh -c 'nohup python3 -m http.server 8089 --bind 127.0.0.1 --directory /workspace &'`)
@@ -112,7 +111,7 @@ func minimalRootfs(t *testing.T) string {
 	for _, f := range []string{"/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			t.Skipf("no %s on this host", f)
+			testenv.Missing(t, "no "+f+" on this host")
 		}
 		dst := filepath.Join(root, f)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

@@ -10,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 )
 
 // benchSender sends MiB mebibytes to host:port and waits for the sink's
@@ -46,12 +46,8 @@ assert s.recv(1) == b"k"
 // to a sink on the lease's own loopback (the baseline). MB/s includes one
 // exec's overhead per 64 MiB.
 func BenchmarkEgressThroughput(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
-	if _, err := exec.LookPath("slirp4netns"); err != nil {
-		b.Skip("needs slirp4netns")
-	}
+	testenv.RequireRoot(b, "lease networks need a server running as root")
+	testenv.RequireCommand(b, "slirp4netns")
 	srv, err := New(Options{InsecureNoAuth: true, Root: filepath.Join(b.TempDir(), "root"), Egress: EgressAny, EgressHostLoopback: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

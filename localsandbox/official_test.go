@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-// The official shapes of CREATEOS-API.md, as sandboxd serves them. The
+// The official shapes of docs/CREATEOS-API.md, as sandboxd serves them. The
 // official TypeScript SDK drives them too (officialsdk_test.go); these
 // tests pin what it does not look at.
 
-// officialView is the SandboxView of CREATEOS-API.md §3.2 (and the create
+// officialView is the SandboxView of docs/CREATEOS-API.md §3.2 (and the create
 // answer's extra fields).
 type officialView struct {
 	ID                  string    `json:"id"`

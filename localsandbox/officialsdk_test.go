@@ -11,10 +11,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 )
 
 // officialSDK is the vendor's TypeScript SDK, pinned: the client this
-// server must serve unchanged (CREATEOS-API.md §0).
+// server must serve unchanged (docs/CREATEOS-API.md §0).
 const officialSDK = "@nodeops-createos/sandbox@0.7.1"
 
 // TestOfficialTypeScriptSDK drives the real server with the official
@@ -128,10 +130,7 @@ func installSDK(t *testing.T, npm, dir string) {
 // missing skips the test with why, or fails it under CI=true.
 func missing(t *testing.T, why string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	testenv.Missing(t, why)
 }
 
 // lastLines returns the last n non-empty lines of s, joined by " | ".

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 )
 
 // The official SDK's dev-server scenario, with a real browser as the
@@ -26,16 +28,7 @@ import (
 // and fails it under CI.
 func needChromium(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err == nil {
-		return path
-	}
-	why := "chromium is not installed (apt-get install chromium; .ci/run installs it)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-	return ""
+	return testenv.RequireCommand(t, "chromium") // .ci/run installs it
 }
 
 // browser is headless Chromium driven over the DevTools protocol on a pipe

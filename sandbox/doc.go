@@ -9,27 +9,21 @@
 // # Failures
 //
 // Every error a Provider returns is either a context error or one of the
-// typed errors below, each with a stable type name (the Type* constants).
-// Those names become Temporal ApplicationError types, so they are API: code
-// and retry policies match on them.
+// typed errors of this package (*CleanupError, *ConnectionExhaustedError,
+// *OutputEvictedError, *ProtocolError, *InvalidInputError, *APIError,
+// *LeaseGoneError, *HostLostError, *UnavailableError,
+// *PaymentRequiredError), each with a stable type name (the Type*
+// constants). Those names become Temporal ApplicationError types, so they
+// are API: code and retry policies match on them.
 //
-//	error                     type name                  retryable  meaning
-//	*CleanupError             SandboxCleanupError        no         the lease may hold an orphan process; destroy it
-//	*ConnectionExhaustedError OutputConnectionError      yes        the output stream could not be attached; the process was killed
-//	*OutputEvictedError       SandboxOutputEvicted       no         output was lost from the server's journal
-//	*ProtocolError            SandboxProtocolError       no         the server broke the wire contract
-//	*InvalidInputError        SandboxInvalidInput        no         the request was rejected before anything was sent
-//	*APIError                 SandboxAPIError            5xx, 429   the server answered with a failure status
-//	*LeaseGoneError           SandboxLeaseGone           no         the lease no longer exists
-//	*HostLostError            SandboxHostLost            no         the lease's host (on a fleet) took no work in time
-//	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
-//	*PaymentRequiredError     SandboxPaymentRequired     no         the account has no credit (HTTP 402)
-//
-// The table is [Kinds], the one place that says which failure is retried
-// and which leaves the lease unusable (Cleanup, LeaseGone and HostLost:
-// give the lease up, take a fresh one); [Retryable], [NonRetryableTypes] (a retry
-// policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and so do
-// the activities and the workflows.
+// [Kinds] is the one place in code that says which failure is retried and
+// which leaves the lease unusable (Cleanup, LeaseGone and HostLost: give
+// the lease up, take a fresh one); [Retryable], [NonRetryableTypes] (a
+// retry policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and
+// so do the activities and the workflows. The one table of every failure,
+// what it means, whether it is retried and where it goes is
+// docs/RELIABILITY.md, "Where each failure goes"; a test holds it to
+// [Kinds].
 //
 // Classify an error without a type switch with [ErrorType] or the Is…
 // functions ([IsCleanupError], [IsLeaseGoneError], …), in the style of the

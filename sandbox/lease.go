@@ -147,7 +147,7 @@ func (s ForkSpec) Validate() error {
 // LeaseStatus is the lifecycle state of a sandbox as the server reports it.
 type LeaseStatus string
 
-// The states of a sandbox (CREATEOS-API.md §2.1). Destroying, Destroyed and
+// The states of a sandbox (docs/CREATEOS-API.md §2.1). Destroying, Destroyed and
 // Failed are terminal: a sandbox in them never runs again.
 const (
 	StatusCreating LeaseStatus = "creating"

@@ -38,19 +38,31 @@ func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
 	assert.False(t, LeaseUnusable(nil))
 }
 
-// The package documentation's table says what Kinds says.
+// The one table of failures (docs/RELIABILITY.md, "Where each failure
+// goes") says what Kinds says: whether each type is retried, and that
+// exactly the lease-unusable types go to compensation.
 func TestDocumentationTableFollowsKinds(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
+	doc, err := os.ReadFile("../docs/RELIABILITY.md")
 	require.NoError(t, err)
-	for _, k := range Kinds() {
-		var row string
-		for _, line := range strings.Split(string(doc), "\n") {
-			if f := strings.Fields(strings.TrimPrefix(line, "//")); len(f) > 2 && f[1] == k.Type {
-				row = f[2]
-			}
+	_, section, ok := strings.Cut(string(doc), "\n## Where each failure goes\n")
+	require.True(t, ok, "docs/RELIABILITY.md has no section \"Where each failure goes\"")
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[string][]string{} // type name → cells: failure, type, retried, handled by, outcome
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) == 5 && strings.HasPrefix(cells[1], "`") {
+			rows[strings.Trim(cells[1], "`")] = cells
 		}
-		want := map[Retry]string{RetryNever: "no", RetryAlways: "yes", RetryByStatus: "5xx,"}[k.Retry]
-		assert.Equal(t, want, row, "doc.go's row of %s", k.Type)
+	}
+	for _, k := range Kinds() {
+		row, ok := rows[k.Type]
+		if !assert.True(t, ok, "the table has no row of %s", k.Type) {
+			continue
+		}
+		want := map[Retry]string{RetryNever: "no", RetryAlways: "yes", RetryByStatus: "5xx, 429"}[k.Retry]
+		assert.Equal(t, want, row[2], "retried, in the row of %s", k.Type)
+		assert.Equal(t, k.LeaseUnusable, strings.Contains(row[3], "compensation"),
+			"handled by compensation, in the row of %s", k.Type)
 	}
 }
 

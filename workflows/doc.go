@@ -39,33 +39,15 @@
 //
 // # Where each failure goes
 //
-//	failure                                   handled by              outcome
-//	command exits non-zero                    —                       Result with ExitCode
-//	command runs out of time                  —                       Result with TimedOut (tree killed)
-//	SandboxCleanupError (creation or          compensation            fresh lease, command runs again
-//	  termination unconfirmed)
-//	SandboxLeaseGone (lease vanished)         compensation            fresh lease, command runs again
-//	SandboxHostLost (on a fleet, the lease's  compensation            fresh lease on another host, command
-//	  host took no work in time)                                      runs again; the lease is left to its
-//	                                                                  host's sweep (LostLeases)
-//	compensation used up                      —                       fails: SandboxCompensationExhausted,
-//	                                                                  every lease destroyed
-//	OutputConnectionError (output stream      Execute retry policy    tree killed, command runs again on
-//	  lost after the reconnect budget)          (4 attempts)            the same lease; then fails
-//	SandboxUnavailable, SandboxAPIError       activity retry policy   retried, then fails with that type
-//	  5xx/429
-//	worker dies mid-command                   heartbeat timeout,      the retry re-attaches to the running
-//	                                            Execute retry           process: the command runs once
-//	worker shuts down mid-command, or its     Execute retry           the attempt detaches (no kill); the next
-//	  attempt timed out on the server                                 attempt re-attaches: SandboxDetached
-//	Temporal cannot record a new process      Execute retry           killed before its command starts; the
-//	  (unreachable, attempt gone)                                     next attempt starts it:
-//	                                                                  SandboxProcessUnrecorded
-//	SandboxInvalidInput                       —                       fails at once, before anything is sent
-//	SandboxProtocolError, SandboxOutputEvicted, —                     fails at once (not retried)
-//	  SandboxAPIError 4xx
-//	workflow cancelled                        —                       process tree killed, lease destroyed,
-//	                                                                  workflow canceled
+// The one table of every failure, its type name, whether it is retried and
+// what the workflow does with it is docs/RELIABILITY.md, "Where each
+// failure goes" (held to sandbox.Kinds by a test of package sandbox). In
+// short: a non-zero exit or a timeout is a Result; an unusable lease goes
+// to compensation; SandboxUnavailable, SandboxAPIError 5xx/429 and
+// OutputConnectionError are retried by the activity's retry policy, then
+// fail with that type; a worker that dies mid-command is followed by a
+// retry that re-attaches to the running process; every other failure ends
+// the run at once, its process killed and its lease destroyed.
 //
 // The default activity options, written once in this package (options.go):
 //

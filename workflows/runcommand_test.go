@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,7 +54,17 @@ func (h *harness) expectNoOrphans() {
 	h.provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return(nil, nil).AnyTimes()
 }
 
-func leaseName(n int) string { return "sbx-" + string(rune('0'+n)) }
+// leaseName names the nth lease a harness creates: sbx-1, sbx-2, … sbx-10.
+func leaseName(n int) string { return "sbx-" + strconv.Itoa(n) }
+
+// Past nine leases the names go on in decimal (they were "sbx-:", "sbx-;"
+// when built from a rune), so that a test of many compensations or a long
+// session can name the lease it expects.
+func TestLeaseNamesCountPastNine(t *testing.T) {
+	assert.Equal(t, "sbx-9", leaseName(9))
+	assert.Equal(t, "sbx-10", leaseName(10))
+	assert.Equal(t, "sbx-123", leaseName(123))
+}
 
 func request(argv ...string) Request {
 	return Request{Command: sandbox.Command{Argv: argv}, Lease: sandbox.LeaseSpec{Shape: "s-1vcpu-1gb"}}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
@@ -28,13 +28,7 @@ import (
 // where that fails it.
 func needForks(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("forking leases needs a sandbox server running as root")
-	}
-	t.Skip("forking leases needs a sandbox server running as root")
+	testenv.RequireRoot(t, "forking leases needs a sandbox server running as root")
 }
 
 // run runs a shell script in a session and returns its result, which must

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
@@ -24,19 +23,10 @@ import (
 // installs slirp4netns).
 func needLeaseNetworks(t *testing.T, slirp bool) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "lease networks need a sandbox server running as root"
-	} else if _, err := exec.LookPath("slirp4netns"); slirp && err != nil {
-		why = "egress needs slirp4netns (apt-get install slirp4netns)"
+	testenv.RequireRoot(t, "lease networks need a sandbox server running as root")
+	if slirp {
+		testenv.RequireCommand(t, "slirp4netns")
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }
 
 // hostHTTPServer serves 200 on the host's 127.0.0.1 and returns its port,
@@ -51,7 +41,7 @@ func hostHTTPServer(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// fetchArgv prints the status of GET http://10.0.2.2:port/, the README's
+// fetchArgv prints the status of GET http://10.0.2.2:port/, docs/NETWORK.md's
 // make run example.
 func fetchArgv(port int) []string {
 	return []string{"python3", "-c",

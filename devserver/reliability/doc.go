@@ -1,7 +1,7 @@
 // Package reliability is the end-to-end reliability matrix of sandboxflow:
 // one test per failure the product claims to survive, each on the real
 // parts — an embedded Temporal server, the local sandbox server, a real
-// worker — with a testsuite.FaultProxy between the worker's sandbox client
+// worker — with a faultproxy.Proxy between the worker's sandbox client
 // and the sandbox server.
 //
 // Every test asserts four things: the workflow's typed outcome; how many

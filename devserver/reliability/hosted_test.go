@@ -28,7 +28,7 @@ import (
 //
 // The worker reaches the real sandbox server through a FaultProxy and a
 // hostedLike adapter that drops both extensions and answers lists
-// paginated, as CREATEOS-API.md describes the hosted service.
+// paginated, as docs/CREATEOS-API.md describes the hosted service.
 func TestLostSandboxCreateResponseOnAHostedLikeServer(t *testing.T) {
 	e := start(t, options{noWorker: true})
 	hosted := newHostedLike(t, e.stack.SandboxURL)

@@ -366,7 +366,7 @@ func (s *Stack) DataConverter() converter.DataConverter { return codec.DataConve
 //
 // They turn off the SDK's gzip compression of requests: over loopback it
 // buys nothing and costs the client and the server a compressor each way
-// (~13% of the CPU of a no-op workflow here; README, Performance).
+// (~13% of the CPU of a no-op workflow here; docs/PERFORMANCE.md).
 func (s *Stack) ClientOptions() client.Options {
 	return client.Options{
 		HostPort:          s.Temporal.FrontendHostPort(),

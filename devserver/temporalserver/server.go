@@ -275,7 +275,8 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		// in the answer to that task, and a workflow started with
 		// EnableEagerStart gets its first task in the answer to the start,
 		// both without a trip through matching. Pinned here because the
-		// README's figures count on them (P0 counts no activity poll).
+		// figures of docs/PERFORMANCE.md count on them (P0 counts no activity
+		// poll).
 		dynamicconfig.EnableActivityEagerExecution.Key(): true,
 		dynamicconfig.EnableEagerWorkflowStart.Key():     true,
 	}

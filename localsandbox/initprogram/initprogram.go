@@ -15,8 +15,8 @@
 // Why a program of its own: every lease and every managed process starts
 // one. A server without it re-executes its own binary instead, which
 // works the same but loads the whole server — the Temporal server and its
-// package inits, in the devserver — for each command (the README's
-// Performance section has the measurements).
+// package inits, in the devserver — for each command (docs/PERFORMANCE.md,
+// P6, has the measurements).
 package initprogram
 
 import (

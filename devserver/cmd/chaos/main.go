@@ -1,6 +1,6 @@
 // Command chaos is a soak test of sandboxflow under random faults: it boots
 // the development stack (embedded Temporal, the local sandbox server, a
-// worker), puts a testsuite.FaultProxy between the worker and the sandbox
+// worker), puts a faultproxy.Proxy between the worker and the sandbox
 // server that breaks a share of all requests in the ways the network and
 // the server really fail, runs many RunCommand workflows at once, and
 // prints a markdown table of what became of them:

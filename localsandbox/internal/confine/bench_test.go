@@ -4,6 +4,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 )
 
 func init() {
@@ -26,9 +28,7 @@ func execTrue(confined bool) error {
 // the filter, dropping capabilities) plus the filter's cost on every
 // syscall of the exec and of true itself.
 func BenchmarkStart(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("Apply needs CAP_SETPCAP")
-	}
+	testenv.RequireRoot(b, "Apply needs CAP_SETPCAP")
 	for _, mode := range []string{"plain", "confined"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,9 +72,7 @@ func runChild(t testing.TB, cmd *exec.Cmd, report any) {
 // want of privilege, which would make them prove nothing.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the control cases must be able to do what the confined ones cannot")
-	}
+	testenv.RequireRoot(t, "needs root: the control cases must be able to do what the confined ones cannot")
 }
 
 // outcome says how a syscall ended: "ok" or the errno's name.

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,9 +66,7 @@ fi
 // setuid have somewhere to go) and mount namespace, Apply, then exec.
 func TestApplyKeepsOrdinaryWork(t *testing.T) {
 	requireRoot(t)
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("needs gcc for the threaded C program")
-	}
+	testenv.RequireCommand(t, "gcc") // for the threaded C program
 	cmd := child(t, "workload")
 	cmd.Env = append(cmd.Env, "CONFINE_WORK="+t.TempDir())
 	userns(cmd)
