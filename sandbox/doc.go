@@ -25,8 +25,18 @@
 //	*UnavailableError         SandboxUnavailable         yes        the server could not be reached or did not answer in time
 //	*PaymentRequiredError     SandboxPaymentRequired     no         the account has no credit (HTTP 402)
 //
-// The table is [Kinds], the one place that says which failure is retried
-// and which leaves the lease unusable (Cleanup, LeaseGone and HostLost:
+// The activities and the workflows raise five more, which no Provider
+// returns:
+//
+//	raised by                 type name                     retryable  meaning
+//	activities                SandboxUnexpectedError        yes        a provider returned an error outside this table
+//	Execute                   SandboxDetached               yes        the attempt left its command running for the next
+//	Execute                   SandboxProcessUnrecorded      yes        the process could not be recorded; killed before it started
+//	workflows                 SandboxCompensationExhausted  no         the command used up its fresh leases
+//	sessions                  SandboxSessionClosed          no         the session is closing or no longer running
+//
+// The table is [Kinds], the one place that names every failure, says which
+// is retried and which leaves the lease unusable (Cleanup, LeaseGone and HostLost:
 // give the lease up, take a fresh one); [Retryable], [NonRetryableTypes] (a retry
 // policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and so do
 // the activities and the workflows.
@@ -41,4 +51,14 @@
 //	if sandbox.IsCleanupError(err) { … }  // a provider's error, or an activity's
 //
 // Use errors.As to reach the details of a particular kind.
+//
+// # Details
+//
+// Every failure sandboxflow raises as a Temporal ApplicationError carries
+// one detail, a [FailureDetails] JSON object: its kind and the field, lease,
+// process, host, server status, attempt or fresh-lease count concerned, so
+// that a caller in any language reads them without parsing the message.
+// [DetailsOf] builds it from a typed error. The ApplicationError's type is
+// always a name of the table and its cause, when it has one, is another
+// Temporal failure: no Go type name reaches another language.
 package sandbox

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -43,13 +44,14 @@ type Request struct {
 }
 
 // Validate checks the request without running anything. It returns an
-// *sandbox.InvalidInputError naming the first field at fault.
+// *sandbox.InvalidInputError naming the first field at fault by its JSON
+// path ("command.argv", "lease.autoPauseAfter").
 func (r Request) Validate() error {
 	if err := r.Command.Validate(); err != nil {
-		return err
+		return inField("command", err)
 	}
 	if err := r.Lease.Validate(); err != nil {
-		return err
+		return inField("lease", err)
 	}
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
 		return err
@@ -95,6 +97,17 @@ type Result struct {
 	// LostLeases lists the leases the run gave up with their lost host,
 	// without destroying them: the host sweeps them when it returns.
 	LostLeases []string `json:"lostLeases,omitempty"`
+}
+
+// inField names the field of an *sandbox.InvalidInputError found inside
+// the JSON object at path by its path from the input's top, as a caller in
+// any language sees the input: "command" and "argv" make "command.argv".
+func inField(path string, err error) error {
+	var invalid *sandbox.InvalidInputError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	return &sandbox.InvalidInputError{Field: path + "." + invalid.Field, Reason: invalid.Reason}
 }
 
 // checkLease checks an existing lease named by a request, if any.

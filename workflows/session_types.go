@@ -43,7 +43,7 @@ const (
 
 // TypeSessionClosed is the error type with which a closing or closed
 // session rejects an Update.
-const TypeSessionClosed = "SandboxSessionClosed"
+const TypeSessionClosed = sandbox.TypeSessionClosed
 
 // SessionRequest is the input of SessionWorkflow.
 type SessionRequest struct {
@@ -95,7 +95,7 @@ type SessionCarried struct {
 // Validate checks the request without running anything.
 func (r SessionRequest) Validate() error {
 	if err := r.Lease.Validate(); err != nil {
-		return err
+		return inField("lease", err)
 	}
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
 		return err
