@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -41,12 +42,30 @@ type Request struct {
 	KeepLease bool `json:"keepLease,omitempty"`
 	// ActivityOptions overrides the documented defaults of the activities.
 	ActivityOptions *ActivityOverrides `json:"activityOptions,omitempty"`
+
+	// decodeErr is why the JSON of the request could not be decoded.
+	decodeErr error
+}
+
+// UnmarshalJSON decodes a request, its durations given as integer
+// nanoseconds or as Go duration strings ("10s"; sandbox.JSONDuration). It
+// never fails: a field of the wrong shape is kept as the request's decode
+// error, which Validate returns as SandboxInvalidInput naming the field, so
+// that a workflow given such input fails typed before a lease is created
+// (a decoding error would fail it as an untyped wrapError).
+func (r *Request) UnmarshalJSON(b []byte) error {
+	type plain Request
+	r.decodeErr = sandbox.DecodeError(json.Unmarshal(b, (*plain)(r)))
+	return nil
 }
 
 // Validate checks the request without running anything. It returns an
 // *sandbox.InvalidInputError naming the first field at fault by its JSON
 // path ("command.argv", "lease.autoPauseAfter").
 func (r Request) Validate() error {
+	if r.decodeErr != nil {
+		return r.decodeErr
+	}
 	if err := r.Command.Validate(); err != nil {
 		return inField("command", err)
 	}
