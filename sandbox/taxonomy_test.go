@@ -135,3 +135,23 @@ func TestDetailsOfNameWhatTheFailureConcerns(t *testing.T) {
 	assert.Equal(t, FailureDetails{Kind: TypeCompensationExhausted}, NewFailureDetails(TypeCompensationExhausted))
 	assert.Equal(t, FailureDetails{Kind: TypeDetached, Retryable: true}, NewFailureDetails(TypeDetached))
 }
+
+// The polyglot guide's failure table lists every kind with the table's
+// retryability, and nothing else.
+func TestPolyglotGuideListsEveryKind(t *testing.T) {
+	doc, err := os.ReadFile("../docs/POLYGLOT.md")
+	require.NoError(t, err)
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) > 3 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`Sandbox") || len(cells) > 3 && strings.TrimSpace(cells[1]) == "`"+TypeConnectionExhausted+"`" {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+		}
+	}
+	for _, k := range Kinds() {
+		want := map[Retry]string{RetryNever: "no", RetryAlways: "yes", RetryByStatus: "5xx, 429"}[k.Retry]
+		assert.Equal(t, want, rows[k.Type], "docs/POLYGLOT.md's row of %s", k.Type)
+		delete(rows, k.Type)
+	}
+	assert.Empty(t, rows, "rows of no kind")
+}
