@@ -125,8 +125,45 @@ func TestErrorsLeaveClassified(t *testing.T) {
 			require.ErrorAs(t, err, &appErr)
 			assert.Equal(t, tc.typ, appErr.Type())
 			assert.Equal(t, tc.nonRetryable, appErr.NonRetryable())
+			var d sandbox.FailureDetails
+			require.NoError(t, appErr.Details(&d), "every failure carries its details object")
+			assert.Equal(t, tc.typ, d.Kind)
+			assert.Equal(t, !tc.nonRetryable, d.Retryable)
+			assert.Equal(t, 1, d.Attempt)
 		})
 	}
+}
+
+// What another language sees of an activity's failure names no Go type:
+// an untyped Go error as a cause would reach it as an ApplicationFailure
+// typed "errorString" or "wrapError", marked retryable.
+func TestFailuresNameNoGoType(t *testing.T) {
+	for name, err := range map[string]error{
+		"unexpected": classify(fmt.Errorf("a provider bug: %w", errors.New("x"))),
+		"typed":      classify(fmt.Errorf("create: %w", &sandbox.APIError{Status: 409, Operation: "create sandbox"})),
+		"go cause":   NewFailure("m", sandbox.NewFailureDetails(sandbox.TypeDetached), fmt.Errorf("w: %w", sandbox.ErrDetached)),
+		"cause kept": NewFailure("m", sandbox.NewFailureDetails(sandbox.TypeCompensationExhausted), classify(&sandbox.LeaseGoneError{LeaseID: "sb"})),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var types []string
+			for f := temporal.GetDefaultFailureConverter().ErrorToFailure(err); f != nil; f = f.GetCause() {
+				types = append(types, f.GetApplicationFailureInfo().GetType())
+				var d sandbox.FailureDetails
+				require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(f.GetApplicationFailureInfo().GetDetails(), &d))
+				assert.Equal(t, types[len(types)-1], d.Kind, "the details name the failure's kind")
+			}
+			for _, typ := range types {
+				_, known := sandbox.KindOf(typ)
+				assert.True(t, known, "%q in %v is not a name of the taxonomy", typ, types)
+			}
+		})
+	}
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, NewFailure("m", sandbox.NewFailureDetails(sandbox.TypeCompensationExhausted), classify(&sandbox.LeaseGoneError{LeaseID: "sb"})), &appErr)
+	var d sandbox.FailureDetails
+	require.NoError(t, appErr.Details(&d))
+	assert.Equal(t, sandbox.TypeLeaseGone, d.Cause, "the cause's kind is named in the details")
+	assert.Equal(t, sandbox.TypeLeaseGone, sandbox.ErrorType(appErr.Unwrap()), "a Temporal cause is kept")
 }
 
 func TestCleanupErrorCarriesItsLease(t *testing.T) {

@@ -146,8 +146,10 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	if errors.Is(err, sandbox.ErrDetached) {
 		// The process runs on; the last heartbeat names it, so the next
 		// attempt attaches to it.
-		return sandbox.Result{}, temporal.NewApplicationErrorWithCause(
-			"left the command running for the next attempt to attach to: "+context.Cause(runCtx).Error(), TypeDetached, err)
+		d := sandbox.NewFailureDetails(TypeDetached)
+		d.LeaseID, d.ProcessID, d.Attempt = lease.ID, progress.processID(), attemptOf(ctx)
+		return sandbox.Result{}, NewFailure(
+			"left the command running for the next attempt to attach to: "+context.Cause(runCtx).Error(), d, nil)
 	}
 	// Otherwise this attempt is done with the process: it exited, or the
 	// provider killed it (or reported why it could not).
@@ -155,7 +157,9 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	var unrecorded *unrecordedError
 	if errors.As(err, &unrecorded) && sandbox.ErrorType(err) == "" {
 		// Killed before its command could start: a retry starts afresh.
-		return sandbox.Result{}, temporal.NewApplicationError(err.Error(), TypeUnrecorded)
+		d := sandbox.NewFailureDetails(TypeUnrecorded)
+		d.LeaseID, d.Attempt = lease.ID, attemptOf(ctx)
+		return sandbox.Result{}, NewFailure(err.Error(), d, nil)
 	}
 	if err != nil {
 		return sandbox.Result{}, fail(ctx, err)
@@ -169,12 +173,12 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 // TypeDetached is the (retryable) error type of an Execute attempt that
 // left its command running for the next attempt: its worker is shutting
 // down, or Temporal no longer counts it as the current attempt.
-const TypeDetached = "SandboxDetached"
+const TypeDetached = sandbox.TypeDetached
 
 // TypeUnrecorded is the (retryable) error type of an Execute attempt that
 // could not record its new process in Temporal: the process was killed
 // before its command could start, so the next attempt starts it afresh.
-const TypeUnrecorded = "SandboxProcessUnrecorded"
+const TypeUnrecorded = sandbox.TypeUnrecorded
 
 // unrecordedError is the refusal of progressRecorder.Started.
 type unrecordedError struct{ err error }
@@ -340,6 +344,13 @@ func (r *progressRecorder) resume(previous ExecuteProgress) {
 // with the worker, or fails while the server is down, leaves the server
 // with details that name no process. If the server cannot be told, Started
 // refuses the process: it is killed before its command starts.
+// processID is the process this attempt follows, once it exists.
+func (r *progressRecorder) processID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress.Process.ID
+}
+
 func (r *progressRecorder) Started(p sandbox.Process) error {
 	r.mu.Lock()
 	r.startedAt = time.Now()

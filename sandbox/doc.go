@@ -16,7 +16,8 @@
 // constants). Those names become Temporal ApplicationError types, so they
 // are API: code and retry policies match on them.
 //
-// [Kinds] is the one place in code that says which failure is retried and
+// [Kinds] is the one place in code that names every failure (those above,
+// and five that the activities and workflows raise), says which failure is retried and
 // which leaves the lease unusable (Cleanup, LeaseGone and HostLost: give
 // the lease up, take a fresh one); [Retryable], [NonRetryableTypes] (a
 // retry policy's NonRetryableErrorTypes) and [LeaseUnusable] read it, and
@@ -35,4 +36,14 @@
 //	if sandbox.IsCleanupError(err) { … }  // a provider's error, or an activity's
 //
 // Use errors.As to reach the details of a particular kind.
+//
+// # Details
+//
+// Every failure sandboxflow raises as a Temporal ApplicationError carries
+// one detail, a [FailureDetails] JSON object: its kind and the field, lease,
+// process, host, server status, attempt or fresh-lease count concerned, so
+// that a caller in any language reads them without parsing the message.
+// [DetailsOf] builds it from a typed error. The ApplicationError's type is
+// always a name of the table and its cause, when it has one, is another
+// Temporal failure: no Go type name reaches another language.
 package sandbox

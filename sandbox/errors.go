@@ -5,8 +5,11 @@ import (
 	"fmt"
 )
 
-// Type names of the failure taxonomy. They are stable API: activities report
-// failures as Temporal ApplicationErrors of these types.
+// Type names of the failure taxonomy. They are stable API: activities and
+// workflows report failures as Temporal ApplicationErrors of these types,
+// and Kinds is their table. The first ten are the typed errors of this
+// package, which a Provider returns; the rest are raised by the activities
+// and the workflows, with no error type of this package behind them.
 const (
 	TypeCleanup             = "SandboxCleanupError"
 	TypeConnectionExhausted = "OutputConnectionError"
@@ -18,6 +21,24 @@ const (
 	TypeUnavailable         = "SandboxUnavailable"
 	TypePaymentRequired     = "SandboxPaymentRequired"
 	TypeHostLost            = "SandboxHostLost"
+
+	// TypeUnexpected: a provider returned an error outside the taxonomy (a
+	// provider bug, since Provider promises typed errors). Retryable.
+	TypeUnexpected = "SandboxUnexpectedError"
+	// TypeDetached: an Execute attempt left its command running for the
+	// next attempt to attach to (its worker is shutting down, or Temporal
+	// no longer counts it as the current attempt). Retryable.
+	TypeDetached = "SandboxDetached"
+	// TypeUnrecorded: an Execute attempt could not record its new process
+	// in Temporal; the process was killed before its command started, so
+	// the next attempt starts it afresh. Retryable.
+	TypeUnrecorded = "SandboxProcessUnrecorded"
+	// TypeCompensationExhausted: a command used up its fresh leases and
+	// still could not run. Non-retryable.
+	TypeCompensationExhausted = "SandboxCompensationExhausted"
+	// TypeSessionClosed: a session refused an Update because it is closing
+	// or no longer running. Non-retryable.
+	TypeSessionClosed = "SandboxSessionClosed"
 )
 
 // CleanupReason says which cleanup could not be confirmed.

@@ -20,12 +20,19 @@ const (
 )
 
 // Kind is one entry of the failure taxonomy. The table of kinds (Kinds) is
-// the one place that says which failure is retried and which leaves the
-// lease unusable; Retryable, NonRetryableTypes and LeaseUnusable read it,
-// and so do the activities and the workflows' retry policies.
+// the one place that names every failure sandboxflow raises and says which
+// is retried and which leaves the lease unusable; Retryable,
+// NonRetryableTypes and LeaseUnusable read it, and so do the activities and
+// the workflows' retry policies.
 type Kind struct {
-	// Type is the stable type name (a Type* constant).
+	// Type is the stable type name (a Type* constant): the type of the
+	// Temporal ApplicationError that carries the failure, the same in
+	// every language.
 	Type string
+	// RaisedBy says where the failure starts: "provider" (a typed error of
+	// this package, which the activities pass on), "activity" or
+	// "workflow".
+	RaisedBy string
 	// Retry says whether the same operation may be tried again.
 	Retry Retry
 	// LeaseUnusable: the lease must never be used again (it may hold an
@@ -36,20 +43,44 @@ type Kind struct {
 	is func(err error) bool
 }
 
+// Where a failure starts (Kind.RaisedBy).
+const (
+	RaisedByProvider = "provider"
+	RaisedByActivity = "activity"
+	RaisedByWorkflow = "workflow"
+)
+
 // kinds is the taxonomy, in the order ErrorType looks for them: cleanup
 // errors come first, because they wrap the failure that caused them and
-// the lease's state matters more than that cause.
+// the lease's state matters more than that cause. The kinds without an
+// error type of this package (is is nil) are known by their type name
+// only.
 var kinds = []Kind{
-	{Type: TypeCleanup, Retry: RetryNever, LeaseUnusable: true, is: has[*CleanupError]},
-	{Type: TypeConnectionExhausted, Retry: RetryAlways, is: has[*ConnectionExhaustedError]},
-	{Type: TypeOutputEvicted, Retry: RetryNever, is: has[*OutputEvictedError]},
-	{Type: TypeProtocol, Retry: RetryNever, is: has[*ProtocolError]},
-	{Type: TypeInvalidInput, Retry: RetryNever, is: has[*InvalidInputError]},
-	{Type: TypeLeaseGone, Retry: RetryNever, LeaseUnusable: true, is: has[*LeaseGoneError]},
-	{Type: TypeHostLost, Retry: RetryNever, LeaseUnusable: true, is: has[*HostLostError]},
-	{Type: TypePaymentRequired, Retry: RetryNever, is: has[*PaymentRequiredError]},
-	{Type: TypeAPI, Retry: RetryByStatus, is: has[*APIError]},
-	{Type: TypeUnavailable, Retry: RetryAlways, is: has[*UnavailableError]},
+	{Type: TypeCleanup, RaisedBy: RaisedByProvider, Retry: RetryNever, LeaseUnusable: true, is: has[*CleanupError]},
+	{Type: TypeConnectionExhausted, RaisedBy: RaisedByProvider, Retry: RetryAlways, is: has[*ConnectionExhaustedError]},
+	{Type: TypeOutputEvicted, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*OutputEvictedError]},
+	{Type: TypeProtocol, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*ProtocolError]},
+	{Type: TypeInvalidInput, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*InvalidInputError]},
+	{Type: TypeLeaseGone, RaisedBy: RaisedByProvider, Retry: RetryNever, LeaseUnusable: true, is: has[*LeaseGoneError]},
+	{Type: TypeHostLost, RaisedBy: RaisedByProvider, Retry: RetryNever, LeaseUnusable: true, is: has[*HostLostError]},
+	{Type: TypePaymentRequired, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*PaymentRequiredError]},
+	{Type: TypeAPI, RaisedBy: RaisedByProvider, Retry: RetryByStatus, is: has[*APIError]},
+	{Type: TypeUnavailable, RaisedBy: RaisedByProvider, Retry: RetryAlways, is: has[*UnavailableError]},
+	{Type: TypeUnexpected, RaisedBy: RaisedByActivity, Retry: RetryAlways},
+	{Type: TypeDetached, RaisedBy: RaisedByActivity, Retry: RetryAlways},
+	{Type: TypeUnrecorded, RaisedBy: RaisedByActivity, Retry: RetryAlways},
+	{Type: TypeCompensationExhausted, RaisedBy: RaisedByWorkflow, Retry: RetryNever},
+	{Type: TypeSessionClosed, RaisedBy: RaisedByWorkflow, Retry: RetryNever},
+}
+
+// KindOf returns the entry of the table for type name typ.
+func KindOf(typ string) (Kind, bool) {
+	for _, k := range kinds {
+		if k.Type == typ {
+			return k, true
+		}
+	}
+	return Kind{}, false
 }
 
 func has[T error](err error) bool {
@@ -95,7 +126,7 @@ func kindOf(err error) (Kind, error, bool) {
 		return Kind{}, nil, false
 	}
 	for _, k := range kinds {
-		if k.is(err) {
+		if k.is != nil && k.is(err) {
 			return k, nil, true
 		}
 	}
@@ -188,3 +219,23 @@ func IsUnavailableError(err error) bool { return ErrorType(err) == TypeUnavailab
 
 // IsPaymentRequiredError: the account has no credit (SandboxPaymentRequired).
 func IsPaymentRequiredError(err error) bool { return ErrorType(err) == TypePaymentRequired }
+
+// IsUnexpectedError: a provider returned an error outside the taxonomy
+// (SandboxUnexpectedError).
+func IsUnexpectedError(err error) bool { return ErrorType(err) == TypeUnexpected }
+
+// IsDetached: an Execute attempt left its command running for the next
+// attempt (SandboxDetached).
+func IsDetached(err error) bool { return ErrorType(err) == TypeDetached }
+
+// IsUnrecorded: an Execute attempt could not record its process, which was
+// killed before its command started (SandboxProcessUnrecorded).
+func IsUnrecorded(err error) bool { return ErrorType(err) == TypeUnrecorded }
+
+// IsCompensationExhausted: a command used up its fresh leases
+// (SandboxCompensationExhausted).
+func IsCompensationExhausted(err error) bool { return ErrorType(err) == TypeCompensationExhausted }
+
+// IsSessionClosed: a session refused an Update because it is closing or no
+// longer running (SandboxSessionClosed).
+func IsSessionClosed(err error) bool { return ErrorType(err) == TypeSessionClosed }

@@ -22,7 +22,8 @@ func (n *named) Type() string       { return n.typ }
 func (n *named) NonRetryable() bool { return n.nonRetryable }
 
 func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
-	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypeHostLost, TypePaymentRequired},
+	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypeHostLost, TypePaymentRequired,
+		TypeCompensationExhausted, TypeSessionClosed},
 		NonRetryableTypes())
 	var unusable []string
 	for _, k := range Kinds() {
@@ -66,7 +67,10 @@ func TestDocumentationTableFollowsKinds(t *testing.T) {
 	}
 }
 
+// Every kind of the table has its Is… helper, which sees the kind's typed
+// error (if it has one) and an ApplicationError of its name.
 func TestIsHelpersSeeTypedAndNamedErrors(t *testing.T) {
+	covered := map[string]bool{}
 	for _, tc := range []struct {
 		is  func(error) bool
 		err error
@@ -82,14 +86,24 @@ func TestIsHelpersSeeTypedAndNamedErrors(t *testing.T) {
 		{IsHostLostError, &HostLostError{Host: "h1", LeaseID: "sb"}, TypeHostLost},
 		{IsUnavailableError, &UnavailableError{Operation: "x"}, TypeUnavailable},
 		{IsPaymentRequiredError, &PaymentRequiredError{Operation: "x"}, TypePaymentRequired},
+		// Raised by the activities and the workflows: known by name only.
+		{IsUnexpectedError, &named{typ: TypeUnexpected}, TypeUnexpected},
+		{IsDetached, &named{typ: TypeDetached}, TypeDetached},
+		{IsUnrecorded, &named{typ: TypeUnrecorded}, TypeUnrecorded},
+		{IsCompensationExhausted, &named{typ: TypeCompensationExhausted, nonRetryable: true}, TypeCompensationExhausted},
+		{IsSessionClosed, &named{typ: TypeSessionClosed, nonRetryable: true}, TypeSessionClosed},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
+			covered[tc.typ] = true
 			assert.True(t, tc.is(tc.err))
 			assert.True(t, tc.is(fmt.Errorf("wrapped: %w", tc.err)))
 			assert.True(t, tc.is(fmt.Errorf("activity error: %w", &named{typ: tc.typ})), "by its type name")
 			assert.False(t, tc.is(&named{typ: "SomethingElse"}))
 			assert.False(t, tc.is(nil))
 		})
+	}
+	for _, k := range Kinds() {
+		assert.True(t, covered[k.Type], "no Is… helper tested for %s", k.Type)
 	}
 	// Only the first named error counts, as for Temporal's retries.
 	outer := &named{typ: "SandboxCompensationExhausted", nonRetryable: true}
@@ -102,4 +116,54 @@ func TestRetryableTakesANamedErrorAtItsWord(t *testing.T) {
 	assert.False(t, Retryable(&named{typ: TypeCleanup, nonRetryable: true}))
 	assert.Equal(t, TypePaymentRequired, ErrorType(&PaymentRequiredError{Operation: "create sandbox"}))
 	assert.False(t, Retryable(&PaymentRequiredError{Operation: "create sandbox"}))
+}
+
+// The details of each typed error name what it concerns, and its kind's
+// retryability; an error outside the taxonomy is SandboxUnexpectedError.
+func TestDetailsOfNameWhatTheFailureConcerns(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want FailureDetails
+	}{
+		{fmt.Errorf("x: %w", &CleanupError{Reason: TerminationUnconfirmed, LeaseID: "sb", ProcessID: "p"}),
+			FailureDetails{Kind: TypeCleanup, LeaseUnusable: true, LeaseID: "sb", ProcessID: "p", Reason: "termination_unconfirmed"}},
+		{&ConnectionExhaustedError{LeaseID: "sb", ProcessID: "p", Attempts: 4},
+			FailureDetails{Kind: TypeConnectionExhausted, Retryable: true, LeaseID: "sb", ProcessID: "p", Connects: 4}},
+		{&OutputEvictedError{ProcessID: "p", After: 7}, FailureDetails{Kind: TypeOutputEvicted, ProcessID: "p", After: 7}},
+		{&ProtocolError{Kind: SequenceGap}, FailureDetails{Kind: TypeProtocol, Reason: "sequence_gap"}},
+		{&InvalidInputError{Field: "command.timeout", Reason: "r"}, FailureDetails{Kind: TypeInvalidInput, Field: "command.timeout", Reason: "r"}},
+		{&LeaseGoneError{LeaseID: "sb", Status: "destroyed"}, FailureDetails{Kind: TypeLeaseGone, LeaseUnusable: true, LeaseID: "sb", Reason: "destroyed"}},
+		{&HostLostError{Host: "h1", LeaseID: "sb"}, FailureDetails{Kind: TypeHostLost, LeaseUnusable: true, Host: "h1", LeaseID: "sb"}},
+		{&PaymentRequiredError{Operation: "create sandbox", Code: "c", RequestID: "r"},
+			FailureDetails{Kind: TypePaymentRequired, Operation: "create sandbox", Status: 402, Code: "c", RequestID: "r"}},
+		{&APIError{Status: 503, Operation: "create process"}, FailureDetails{Kind: TypeAPI, Retryable: true, Status: 503, Operation: "create process"}},
+		{&APIError{Status: 409, Operation: "create process", Code: "name_taken"},
+			FailureDetails{Kind: TypeAPI, Status: 409, Operation: "create process", Code: "name_taken"}},
+		{&UnavailableError{Operation: "get sandbox"}, FailureDetails{Kind: TypeUnavailable, Retryable: true, Operation: "get sandbox"}},
+		{fmt.Errorf("a provider bug"), FailureDetails{Kind: TypeUnexpected, Retryable: true}},
+	} {
+		t.Run(tc.want.Kind, func(t *testing.T) { assert.Equal(t, tc.want, DetailsOf(tc.err)) })
+	}
+	assert.Equal(t, FailureDetails{Kind: TypeCompensationExhausted}, NewFailureDetails(TypeCompensationExhausted))
+	assert.Equal(t, FailureDetails{Kind: TypeDetached, Retryable: true}, NewFailureDetails(TypeDetached))
+}
+
+// The polyglot guide's failure table lists every kind with the table's
+// retryability, and nothing else.
+func TestPolyglotGuideListsEveryKind(t *testing.T) {
+	doc, err := os.ReadFile("../docs/POLYGLOT.md")
+	require.NoError(t, err)
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) > 3 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`Sandbox") || len(cells) > 3 && strings.TrimSpace(cells[1]) == "`"+TypeConnectionExhausted+"`" {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+		}
+	}
+	for _, k := range Kinds() {
+		want := map[Retry]string{RetryNever: "no", RetryAlways: "yes", RetryByStatus: "5xx, 429"}[k.Retry]
+		assert.Equal(t, want, rows[k.Type], "docs/POLYGLOT.md's row of %s", k.Type)
+		delete(rows, k.Type)
+	}
+	assert.Empty(t, rows, "rows of no kind")
 }

@@ -62,7 +62,7 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	switch in.Update {
 	case UpdateExecute:
 		if in.Command == nil {
-			return out, temporal.NewNonRetryableApplicationError("execute needs a command", sandbox.TypeInvalidInput, nil)
+			return out, activities.Failure(&sandbox.InvalidInputError{Field: "command", Reason: "execute needs a command"})
 		}
 		out.Result = &SessionResult{}
 		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateExecute, out.Result, *in.Command)
@@ -71,7 +71,7 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 		err = sendUpdate(ctx, c, in.SessionID, updateID, in.Update, out.State)
 	case UpdateSetEgress:
 		if in.Egress == nil {
-			return out, temporal.NewNonRetryableApplicationError("set_egress needs its rules", sandbox.TypeInvalidInput, nil)
+			return out, activities.Failure(&sandbox.InvalidInputError{Field: "egress", Reason: "set_egress needs its rules"})
 		}
 		out.State = &SessionState{}
 		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateSetEgress, out.State, *in.Egress)
@@ -82,7 +82,7 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 		out.Summary = &SessionSummary{}
 		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)
 	default:
-		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown session update %q", in.Update), sandbox.TypeInvalidInput, nil)
+		return out, activities.Failure(&sandbox.InvalidInputError{Field: "update", Reason: fmt.Sprintf("unknown session update %q", in.Update)})
 	}
 	if err == nil {
 		return out, nil
@@ -102,7 +102,7 @@ func passOn(err error) error {
 		return temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(),
 			temporal.ApplicationErrorOptions{NonRetryable: true, Cause: errors.Unwrap(appErr), Details: detailsOf(appErr)})
 	case errors.As(err, &canceled):
-		return temporal.NewNonRetryableApplicationError("the session was cancelled", TypeSessionClosed, err)
+		return activities.NewFailure("the session was cancelled", sandbox.NewFailureDetails(TypeSessionClosed), err)
 	}
 	return err
 }

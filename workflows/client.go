@@ -16,10 +16,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// resultUpdateID is the id of every UpdateResult: the server keeps one
-// Update per id and run, so asking again, from any client, adds nothing to
-// the run's history.
-const resultUpdateID = "sandboxflow-result"
+// resultUpdateID is the id of every UpdateResult (ResultUpdateID).
+const resultUpdateID = ResultUpdateID
 
 // CommandResult returns the Result of the command that a RunCommand run
 // runs, as soon as the command has ended: the run may still be releasing

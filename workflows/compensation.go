@@ -1,22 +1,22 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
 // TypeCompensationExhausted is the error type of a command that used up
 // its fresh leases and still could not run.
-const TypeCompensationExhausted = "SandboxCompensationExhausted"
+const TypeCompensationExhausted = sandbox.TypeCompensationExhausted
 
-// CompensationDetails are the details of a SandboxCompensationExhausted
-// error.
+// CompensationDetails are the compensation fields of the details of a
+// SandboxCompensationExhausted error (a sandbox.FailureDetails), kept for
+// callers that decode only those.
 type CompensationDetails struct {
 	// FreshLeases is how many fresh leases the command took.
 	FreshLeases     int      `json:"freshLeases"`
@@ -25,19 +25,14 @@ type CompensationDetails struct {
 
 // IsCompensationExhausted reports whether err is (or wraps) the failure of
 // a command that used up its fresh leases. errors.As to a
-// *temporal.ApplicationError and its Details give the CompensationDetails.
-func IsCompensationExhausted(err error) bool { return isType(err, TypeCompensationExhausted) }
+// *temporal.ApplicationError and its Details give the
+// sandbox.FailureDetails. It is sandbox.IsCompensationExhausted.
+func IsCompensationExhausted(err error) bool { return sandbox.IsCompensationExhausted(err) }
 
 // IsSessionClosed reports whether err is (or wraps) a session's refusal of
-// an Update because it is closing or no longer running.
-func IsSessionClosed(err error) bool { return isType(err, TypeSessionClosed) }
-
-// isType reports whether the first ApplicationError in err's chain has
-// type typ.
-func isType(err error, typ string) bool {
-	var appErr *temporal.ApplicationError
-	return errors.As(err, &appErr) && appErr.Type() == typ
-}
+// an Update because it is closing or no longer running. It is
+// sandbox.IsSessionClosed.
+func IsSessionClosed(err error) bool { return sandbox.IsSessionClosed(err) }
 
 // compensation is the one compensation policy, of RunCommand and of
 // SessionWorkflow alike (package documentation, "Compensation"). It owns:
@@ -121,8 +116,11 @@ func (c *compensation) replace(ctx workflow.Context) error {
 // leases.
 func (c *compensation) exhausted() error {
 	destroyed := slices.Clone(c.r.state.DestroyedLeases)
-	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", c.spent, destroyed),
-		TypeCompensationExhausted, c.cause,
-		CompensationDetails{FreshLeases: c.spent, DestroyedLeases: destroyed})
+	d := sandbox.NewFailureDetails(TypeCompensationExhausted)
+	d.FreshLeases, d.DestroyedLeases = c.spent, destroyed
+	if lease := c.replaced; lease != "" {
+		d.LeaseID = lease
+	}
+	return activities.NewFailure(
+		fmt.Sprintf("no usable lease after %d fresh leases; destroyed %v", c.spent, destroyed), d, c.cause)
 }

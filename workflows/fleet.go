@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -103,7 +104,7 @@ func executeActivity(ctx workflow.Context, opts workflow.ActivityOptions, lease 
 	var timeout *temporal.TimeoutError
 	if lease.Host != "" && errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
 		lost := &sandbox.HostLostError{Host: lease.Host, LeaseID: lease.ID}
-		return temporal.NewNonRetryableApplicationError(lost.Error(), sandbox.TypeHostLost, err)
+		return activities.NewFailure(lost.Error(), sandbox.DetailsOf(lost), err)
 	}
 	return err
 }
@@ -115,5 +116,5 @@ func checkLeaseHost(ctx workflow.Context, lease *sandbox.Lease) error {
 		return nil
 	}
 	err := &sandbox.InvalidInputError{Field: "leaseHost", Reason: "on a fleet of sandbox hosts, name the host of lease " + lease.ID}
-	return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+	return activities.Failure(err)
 }

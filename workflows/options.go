@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -51,6 +52,26 @@ type ActivityOptions struct {
 	StartToCloseTimeout    time.Duration         `json:"startToCloseTimeout,omitempty"`
 	HeartbeatTimeout       time.Duration         `json:"heartbeatTimeout,omitempty"`
 	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
+}
+
+// UnmarshalJSON accepts the timeouts as integer nanoseconds or Go duration
+// strings (sandbox.JSONDuration).
+func (o *ActivityOptions) UnmarshalJSON(b []byte) error {
+	type plain ActivityOptions
+	aux := struct {
+		*plain
+		ScheduleToCloseTimeout *sandbox.JSONDuration `json:"scheduleToCloseTimeout,omitempty"`
+		ScheduleToStartTimeout *sandbox.JSONDuration `json:"scheduleToStartTimeout,omitempty"`
+		StartToCloseTimeout    *sandbox.JSONDuration `json:"startToCloseTimeout,omitempty"`
+		HeartbeatTimeout       *sandbox.JSONDuration `json:"heartbeatTimeout,omitempty"`
+	}{
+		plain:                  (*plain)(o),
+		ScheduleToCloseTimeout: (*sandbox.JSONDuration)(&o.ScheduleToCloseTimeout),
+		ScheduleToStartTimeout: (*sandbox.JSONDuration)(&o.ScheduleToStartTimeout),
+		StartToCloseTimeout:    (*sandbox.JSONDuration)(&o.StartToCloseTimeout),
+		HeartbeatTimeout:       (*sandbox.JSONDuration)(&o.HeartbeatTimeout),
+	}
+	return json.Unmarshal(b, &aux)
 }
 
 // nonRetryableTypes are the types that no activity retries: retrying

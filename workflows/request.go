@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -40,16 +42,35 @@ type Request struct {
 	KeepLease bool `json:"keepLease,omitempty"`
 	// ActivityOptions overrides the documented defaults of the activities.
 	ActivityOptions *ActivityOverrides `json:"activityOptions,omitempty"`
+
+	// decodeErr is why the JSON of the request could not be decoded.
+	decodeErr error
+}
+
+// UnmarshalJSON decodes a request, its durations given as integer
+// nanoseconds or as Go duration strings ("10s"; sandbox.JSONDuration). It
+// never fails: a field of the wrong shape is kept as the request's decode
+// error, which Validate returns as SandboxInvalidInput naming the field, so
+// that a workflow given such input fails typed before a lease is created
+// (a decoding error would fail it as an untyped wrapError).
+func (r *Request) UnmarshalJSON(b []byte) error {
+	type plain Request
+	r.decodeErr = sandbox.DecodeError(json.Unmarshal(b, (*plain)(r)))
+	return nil
 }
 
 // Validate checks the request without running anything. It returns an
-// *sandbox.InvalidInputError naming the first field at fault.
+// *sandbox.InvalidInputError naming the first field at fault by its JSON
+// path ("command.argv", "lease.autoPauseAfter").
 func (r Request) Validate() error {
+	if r.decodeErr != nil {
+		return r.decodeErr
+	}
 	if err := r.Command.Validate(); err != nil {
-		return err
+		return inField("command", err)
 	}
 	if err := r.Lease.Validate(); err != nil {
-		return err
+		return inField("lease", err)
 	}
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
 		return err
@@ -95,6 +116,17 @@ type Result struct {
 	// LostLeases lists the leases the run gave up with their lost host,
 	// without destroying them: the host sweeps them when it returns.
 	LostLeases []string `json:"lostLeases,omitempty"`
+}
+
+// inField names the field of an *sandbox.InvalidInputError found inside
+// the JSON object at path by its path from the input's top, as a caller in
+// any language sees the input: "command" and "argv" make "command.argv".
+func inField(path string, err error) error {
+	var invalid *sandbox.InvalidInputError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	return &sandbox.InvalidInputError{Field: path + "." + invalid.Field, Reason: invalid.Reason}
 }
 
 // checkLease checks an existing lease named by a request, if any.

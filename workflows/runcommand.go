@@ -124,7 +124,7 @@ func newRun(req Request, runKey string) *run {
 
 func (r *run) run(ctx workflow.Context) (Result, error) {
 	if err := r.req.Validate(); err != nil {
-		return Result{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+		return Result{}, activities.Failure(err)
 	}
 	if err := checkLeaseHost(ctx, r.lease); err != nil {
 		return Result{}, err

@@ -271,17 +271,48 @@ func TestNonRetryableErrorRunsOnce(t *testing.T) {
 }
 
 func TestInvalidRequestFailsBeforeAnyActivity(t *testing.T) {
-	for name, bad := range map[string]func(*Request){
-		"command env": func(r *Request) { r.Command.Env = map[string]string{"BAD;KEY": "v"} },
-		"lease spec":  func(r *Request) { r.Lease.AutoPauseAfter = time.Second }, // below the minute the service takes
+	for field, bad := range map[string]func(*Request){
+		"command.env":          func(r *Request) { r.Command.Env = map[string]string{"BAD;KEY": "v"} },
+		"lease.autoPauseAfter": func(r *Request) { r.Lease.AutoPauseAfter = time.Second }, // below the minute the service takes
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(field, func(t *testing.T) {
 			h := newHarness(t) // the mock expects no call at all
 			req := request("echo")
 			bad(&req)
 			_, err := h.run(req)
 			assert.Equal(t, sandbox.TypeInvalidInput, applicationErrorType(err))
+			d := failureDetails(t, err)
+			assert.Equal(t, sandbox.TypeInvalidInput, d.Kind)
+			assert.Equal(t, field, d.Field)
+			assertNoGoTypeNames(t, err)
 		})
+	}
+}
+
+// failureDetails returns the details object of the first ApplicationError
+// in err's chain.
+func failureDetails(t *testing.T, err error) sandbox.FailureDetails {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	var d sandbox.FailureDetails
+	require.NoError(t, appErr.Details(&d), "the failure carries a details object")
+	return d
+}
+
+// assertNoGoTypeNames checks what another language sees of err: every
+// ApplicationFailure in the chain the Temporal failure converter makes of
+// it is typed by a name of the taxonomy, none by a Go type name (an
+// untyped Go cause becomes an ApplicationFailure of its Go type's name).
+func assertNoGoTypeNames(t *testing.T, err error) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	for f := temporal.GetDefaultFailureConverter().ErrorToFailure(appErr); f != nil; f = f.GetCause() {
+		if info := f.GetApplicationFailureInfo(); info != nil {
+			_, known := sandbox.KindOf(info.GetType())
+			assert.True(t, known, "failure %q is typed %q, not a name of the taxonomy", f.GetMessage(), info.GetType())
+		}
 	}
 }
 

@@ -45,7 +45,7 @@ import (
 // ordinary Go code.
 func SessionWorkflow(ctx workflow.Context, req SessionRequest) (SessionSummary, error) {
 	if err := req.Validate(); err != nil {
-		return SessionSummary{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+		return SessionSummary{}, activities.Failure(err)
 	}
 	s := newSession(ctx, req)
 	if err := checkLeaseHost(ctx, s.r.lease); err != nil {
@@ -171,7 +171,7 @@ func (s *session) register(ctx workflow.Context) error {
 				return err
 			}
 			if err := cmd.Validate(); err != nil {
-				return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+				return activities.Failure(err)
 			}
 			return nil
 		}},
@@ -202,7 +202,7 @@ func (s *session) register(ctx workflow.Context) error {
 				return err
 			}
 			if err := in.Validate(); err != nil {
-				return temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+				return activities.Failure(err)
 			}
 			return nil
 		}},
@@ -233,7 +233,7 @@ func (s *session) register(ctx workflow.Context) error {
 // accepting rejects Updates once the session is closing.
 func (s *session) accepting() error {
 	if s.closing {
-		return temporal.NewNonRetryableApplicationError("the session is closing", TypeSessionClosed, nil)
+		return activities.NewFailure("the session is closing", sandbox.NewFailureDetails(TypeSessionClosed), nil)
 	}
 	return nil
 }

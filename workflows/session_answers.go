@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
 // A session remembers the execute and fork Updates it answered, by Update
@@ -37,7 +39,10 @@ type AnsweredError struct {
 	Type         string `json:"type,omitempty"`
 	Message      string `json:"message"`
 	NonRetryable bool   `json:"nonRetryable,omitempty"`
-	// Compensation holds the details of a SandboxCompensationExhausted.
+	// Details are the failure's details.
+	Details *sandbox.FailureDetails `json:"details,omitempty"`
+	// Compensation holds the details of a SandboxCompensationExhausted, as
+	// runs before Details recorded them.
 	Compensation *CompensationDetails `json:"compensation,omitempty"`
 }
 
@@ -80,9 +85,9 @@ func recordError(err error) *AnsweredError {
 		return &AnsweredError{Message: err.Error(), NonRetryable: true}
 	}
 	rec := &AnsweredError{Type: appErr.Type(), Message: appErr.Message(), NonRetryable: appErr.NonRetryable()}
-	var details CompensationDetails
-	if appErr.Type() == TypeCompensationExhausted && appErr.Details(&details) == nil {
-		rec.Compensation = &details
+	var details sandbox.FailureDetails
+	if appErr.HasDetails() && appErr.Details(&details) == nil {
+		rec.Details = &details
 	}
 	return rec
 }
@@ -93,8 +98,13 @@ func (e *AnsweredError) err() error {
 		return nil
 	}
 	opts := temporal.ApplicationErrorOptions{NonRetryable: e.NonRetryable}
-	if e.Compensation != nil {
-		opts.Details = []any{*e.Compensation}
+	switch {
+	case e.Details != nil:
+		opts.Details = []any{*e.Details}
+	case e.Compensation != nil:
+		d := sandbox.NewFailureDetails(e.Type)
+		d.FreshLeases, d.DestroyedLeases = e.Compensation.FreshLeases, e.Compensation.DestroyedLeases
+		opts.Details = []any{d}
 	}
 	return temporal.NewApplicationErrorWithOptions(e.Message, e.Type, opts)
 }

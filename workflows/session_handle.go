@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -29,7 +30,7 @@ type Session struct {
 // session is cancelled and destroys its lease.
 func OpenSession(ctx workflow.Context, req SessionRequest) (Session, error) {
 	if err := req.Validate(); err != nil {
-		return Session{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+		return Session{}, activities.Failure(err)
 	}
 	opts := workflow.GetChildWorkflowOptions(ctx)
 	if opts.WorkflowID == "" {
@@ -63,7 +64,7 @@ func AttachSession(sessionID string) Session { return Session{ID: sessionID} }
 // invalid one fails with SandboxInvalidInput before anything is recorded.
 func (s Session) Execute(ctx workflow.Context, cmd SessionCommand) (SessionResult, error) {
 	if err := cmd.Validate(); err != nil {
-		return SessionResult{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+		return SessionResult{}, activities.Failure(err)
 	}
 	var out UpdateSessionOutput
 	err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateExecute, Command: &cmd}, cmd.Command.Timeout, &out)
@@ -89,7 +90,7 @@ func (s Session) Resume(ctx workflow.Context) (SessionState, error) {
 func (s Session) SetEgress(ctx workflow.Context, rules []string) (SessionState, error) {
 	in := SessionEgress{Egress: rules}
 	if err := in.Validate(); err != nil {
-		return SessionState{}, temporal.NewNonRetryableApplicationError(err.Error(), sandbox.TypeInvalidInput, err)
+		return SessionState{}, activities.Failure(err)
 	}
 	var out UpdateSessionOutput
 	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateSetEgress, Egress: &in}, 0, &out); err != nil || out.State == nil {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -43,7 +44,7 @@ const (
 
 // TypeSessionClosed is the error type with which a closing or closed
 // session rejects an Update.
-const TypeSessionClosed = "SandboxSessionClosed"
+const TypeSessionClosed = sandbox.TypeSessionClosed
 
 // SessionRequest is the input of SessionWorkflow.
 type SessionRequest struct {
@@ -72,6 +73,22 @@ type SessionRequest struct {
 	// Carried is what a session hands to its next run when it continues
 	// as new. Leave it nil.
 	Carried *SessionCarried `json:"carried,omitempty"`
+
+	// decodeErr is why the JSON of the request could not be decoded.
+	decodeErr error
+}
+
+// UnmarshalJSON decodes a request as Request.UnmarshalJSON does: durations
+// as integer nanoseconds or Go duration strings, and a field of the wrong
+// shape kept for Validate, never failing the decoding.
+func (r *SessionRequest) UnmarshalJSON(b []byte) error {
+	type plain SessionRequest
+	aux := struct {
+		*plain
+		IdleTimeout *sandbox.JSONDuration `json:"idleTimeout,omitempty"`
+	}{plain: (*plain)(r), IdleTimeout: (*sandbox.JSONDuration)(&r.IdleTimeout)}
+	r.decodeErr = sandbox.DecodeError(json.Unmarshal(b, &aux))
+	return nil
 }
 
 // SessionCarried is the state a session carries across continue-as-new.
@@ -94,8 +111,11 @@ type SessionCarried struct {
 
 // Validate checks the request without running anything.
 func (r SessionRequest) Validate() error {
+	if r.decodeErr != nil {
+		return r.decodeErr
+	}
 	if err := r.Lease.Validate(); err != nil {
-		return err
+		return inField("lease", err)
 	}
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
 		return err
@@ -125,11 +145,25 @@ func (r SessionRequest) commandsPerRun() int {
 type SessionCommand struct {
 	Command   sandbox.Command   `json:"command"`
 	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+
+	// decodeErr is why the JSON of the command could not be decoded.
+	decodeErr error
+}
+
+// UnmarshalJSON decodes the command as Request.UnmarshalJSON does, never
+// failing: a field of the wrong shape is kept for Validate.
+func (c *SessionCommand) UnmarshalJSON(b []byte) error {
+	type plain SessionCommand
+	c.decodeErr = sandbox.DecodeError(json.Unmarshal(b, (*plain)(c)))
+	return nil
 }
 
 // Validate checks the command without running anything, as the execute
 // Update's validator does: a command it rejects never enters history.
 func (c SessionCommand) Validate() error {
+	if c.decodeErr != nil {
+		return c.decodeErr
+	}
 	return Request{Command: c.Command, SecretEnv: c.SecretEnv}.Validate()
 }
 

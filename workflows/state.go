@@ -18,6 +18,11 @@ const StateQuery = "state"
 // answers it with its failure.
 const UpdateResult = "result"
 
+// ResultUpdateID is the Update id to send UpdateResult with, from any
+// client in any language: the server keeps one Update per id and run, so
+// asking again adds nothing to the run's history and gets the same answer.
+const ResultUpdateID = "sandboxflow-result"
+
 // Keyword search attributes that RunCommand keeps current when the
 // namespace has them registered (see RunCommand).
 const (
