@@ -50,6 +50,11 @@ type Activities struct {
 	// Secrets resolves the secret environment variables of a command
 	// (ExecuteInput.SecretEnv). Nil means commands cannot have secrets.
 	Secrets Secrets
+	// Heartbeats records Execute's new processes on the Temporal server
+	// before their commands start; nil means ServerHeartbeats. The SDK's
+	// test environments have no server: give them a recorder that keeps
+	// heartbeats with activity.RecordHeartbeat.
+	Heartbeats HeartbeatRecorder
 	// HeartbeatInterval overrides DefaultHeartbeatInterval. Either is
 	// capped at a third of each activity's heartbeat timeout.
 	HeartbeatInterval time.Duration

@@ -31,7 +31,7 @@ func newEnv(t *testing.T, secrets Secrets) (*testsuite.TestActivityEnvironment, 
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
-	(&Activities{Provider: provider, Secrets: secrets, HeartbeatInterval: time.Hour}).Register(env)
+	(&Activities{Provider: provider, Secrets: secrets, HeartbeatInterval: time.Hour, Heartbeats: TestEnvironmentHeartbeats{}}).Register(env)
 	return env, provider
 }
 
@@ -319,7 +319,7 @@ func TestHeartbeatsComeWithinAShortHeartbeatTimeout(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
-	(&Activities{Provider: provider}).Register(env) // the default interval, longer than the timeout below
+	(&Activities{Provider: provider, Heartbeats: TestEnvironmentHeartbeats{}}).Register(env) // the default interval, longer than the timeout below
 	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
 		DoAndReturn(func(ctx context.Context, _ sandbox.Lease, _ sandbox.Command, _ sandbox.Observer) (sandbox.Result, error) {
 			select { // a command that runs for several heartbeat timeouts
@@ -546,7 +546,7 @@ func newMeteredEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *sandboxmo
 	suite.SetMetricsHandler(recordingHandler{rec: rec})
 	env := suite.NewTestActivityEnvironment()
 	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
-	(&Activities{Provider: provider, HeartbeatInterval: time.Hour}).Register(env)
+	(&Activities{Provider: provider, HeartbeatInterval: time.Hour, Heartbeats: TestEnvironmentHeartbeats{}}).Register(env)
 	return env, provider, rec
 }
 

@@ -10,10 +10,8 @@ import (
 	"unicode/utf8"
 
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservicemock/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
@@ -95,7 +93,11 @@ func (t *OutputTail) append(text string) {
 // process is recorded on the Temporal server before its command may start.
 // When an earlier attempt's heartbeat names a process that did not end — the
 // worker running it died — Execute attaches to that process instead of
-// starting the command again, so a worker crash never runs a command twice. When Execute
+// starting the command again, so a worker crash never runs a command twice.
+// A process that is gone is run again only when the provider proves that
+// its command never started (sandbox.ErrNeverStarted: an attempt that could
+// not record it killed it behind its gate); otherwise its result is lost
+// (a SandboxOutputEvicted failure), never a second run. When Execute
 // ends a process itself (it exited, timed out, lost its output connection or
 // was cancelled), its last heartbeat says so, and a retry starts afresh.
 //
@@ -124,20 +126,28 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	}
 
 	m := meterOf(ctx)
-	progress := &progressRecorder{ctx: ctx, bytes: m.outputCounters(), progress: ExecuteProgress{LeaseID: lease.ID}}
+	progress := &progressRecorder{ctx: ctx, record: a.heartbeats().RecordHeartbeatNow, bytes: m.outputCounters(), progress: ExecuteProgress{LeaseID: lease.ID}}
 	reattach := previous.Process.ID != "" && !previous.Ended
 	if reattach {
 		// Before the periodic heartbeats begin: none of them may forget
 		// the process.
 		progress.resume(previous)
 	}
-	stop, nudge, beat := a.keepBeating(ctx, progress.snapshot)
-	progress.nudge, progress.beat = nudge, beat
+	stop, nudge, hold := a.keepBeating(ctx, progress.snapshot)
+	progress.nudge, progress.hold = nudge, hold
 	runCtx, release := followContext(ctx, activity.GetWorkerStopChannel(ctx))
 	var result sandbox.Result
 	if reattach {
 		activity.GetLogger(ctx).Info("re-attaching to the process of an earlier attempt", "lease", lease.ID, "process", previous.Process.ID)
 		result, err = a.Provider.Attach(runCtx, lease, previous.Process, progress)
+		if errors.Is(err, sandbox.ErrNeverStarted) {
+			// That attempt could not record its process in Temporal and
+			// killed it behind its start gate; the record reached the
+			// server all the same. The command has not run: run it now.
+			activity.GetLogger(ctx).Info("the process of an earlier attempt never started its command; starting it", "lease", lease.ID, "process", previous.Process.ID)
+			progress.forget()
+			result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
+		}
 	} else {
 		result, err = a.Provider.Execute(runCtx, lease, cmd, progress)
 	}
@@ -188,35 +198,6 @@ func (e *unrecordedError) Error() string {
 }
 
 func (e *unrecordedError) Unwrap() error { return e.err }
-
-// recordHeartbeatNow records details as the heartbeat of the activity
-// running in ctx, and returns once the Temporal server has them. Unlike
-// activity.RecordHeartbeat, it is not held back by the SDK's heartbeat
-// throttle, and it reports whether the heartbeat arrived. It gives up
-// after the activity's heartbeat timeout: by then the server has given up
-// on the attempt. A heartbeat the server answers with a request (cancel,
-// pause, reset) was recorded: the SDK's own heartbeats deliver the request.
-//
-// In the SDK's test environments, whose client talks to a mock service,
-// heartbeats go to memory and activity.RecordHeartbeat has recorded them.
-func recordHeartbeatNow(ctx context.Context, details any) error {
-	c := activity.GetClient(ctx)
-	if _, mock := c.WorkflowService().(*workflowservicemock.MockWorkflowServiceClient); mock {
-		return nil
-	}
-	info := activity.GetInfo(ctx)
-	if info.HeartbeatTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, info.HeartbeatTimeout)
-		defer cancel()
-	}
-	err := c.RecordActivityHeartbeat(ctx, info.TaskToken, details)
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) || errors.Is(err, activity.ErrActivityPaused) || errors.Is(err, activity.ErrActivityReset) {
-		return nil
-	}
-	return err
-}
 
 // followContext returns the context in which an Execute attempt follows its
 // command. It ends when ctx does, but with a cause that tells the provider
@@ -308,12 +289,15 @@ func (a *Activities) withSecrets(ctx context.Context, cmd sandbox.Command, secre
 // progressRecorder follows a running command for Execute's heartbeats and
 // its metrics.
 type progressRecorder struct {
-	ctx   context.Context
-	bytes map[sandbox.Stream]client.MetricsCounter // output bytes by stream
+	ctx context.Context
+	// record records a heartbeat and returns once the server has it
+	// (Activities.Heartbeats).
+	record func(context.Context, any) error
+	bytes  map[sandbox.Stream]client.MetricsCounter // output bytes by stream
 	// nudge asks for a heartbeat soon: output has arrived.
 	nudge func()
-	// beat records a heartbeat at once, in order with the periodic ones.
-	beat func()
+	// hold runs a function while no periodic heartbeat is recorded.
+	hold func(func())
 
 	mu        sync.Mutex
 	progress  ExecuteProgress
@@ -335,6 +319,13 @@ func (r *progressRecorder) resume(previous ExecuteProgress) {
 	activity.RecordHeartbeat(r.ctx, r.snapshot())
 }
 
+// processID is the process this attempt follows, once it exists.
+func (r *progressRecorder) processID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress.Process.ID
+}
+
 // Started records the process and returns once the Temporal server has
 // it; the command waits behind its start gate until then. From then on a
 // worker crash or a Temporal outage leads to a re-attach, not to a second
@@ -344,27 +335,44 @@ func (r *progressRecorder) resume(previous ExecuteProgress) {
 // with the worker, or fails while the server is down, leaves the server
 // with details that name no process. If the server cannot be told, Started
 // refuses the process: it is killed before its command starts.
-// processID is the process this attempt follows, once it exists.
-func (r *progressRecorder) processID() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.progress.Process.ID
-}
-
+//
+// The SDK's heartbeats name the process only once the server has
+// recorded it: a process that was refused must not be published by a
+// heartbeat that reaches a slow server late, or the next attempt would
+// look for a process that was killed. (It may be all the same, when the
+// record reached the server but its answer did not; the provider leaves
+// evidence that the command never started, and the next attempt runs it,
+// see Execute.) The periodic heartbeats wait while the record is in
+// flight (hold), so that none with older details follows it.
 func (r *progressRecorder) Started(p sandbox.Process) error {
 	r.mu.Lock()
 	r.startedAt = time.Now()
-	r.progress.Process = p
 	details := r.progress
+	details.Process = p
 	r.mu.Unlock()
-	// Every heartbeat through the SDK names the process from now on, one
-	// that it holds back included …
-	r.beat()
-	// … and the server has it before the command can run.
-	if err := recordHeartbeatNow(r.ctx, details); err != nil {
+	var err error
+	r.hold(func() {
+		if err = r.record(r.ctx, details); err != nil {
+			return
+		}
+		r.mu.Lock()
+		r.progress.Process = p
+		r.mu.Unlock()
+		activity.RecordHeartbeat(r.ctx, r.snapshot())
+	})
+	if err != nil {
 		return &unrecordedError{err}
 	}
 	return nil
+}
+
+// forget drops the process that resume took over: it is gone, and the
+// command is started anew.
+func (r *progressRecorder) forget() {
+	r.mu.Lock()
+	r.progress = ExecuteProgress{LeaseID: r.progress.LeaseID}
+	r.replayed = 0
+	r.mu.Unlock()
 }
 
 func (r *progressRecorder) Output(c sandbox.Chunk) {

@@ -2,10 +2,12 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 )
 
 // keepHeartbeating records a heartbeat every heartbeat interval until the
@@ -17,8 +19,8 @@ func (a *Activities) keepHeartbeating(ctx context.Context, details func() any) (
 	return stop
 }
 
-// keepBeating is keepHeartbeating with a nudge and a beat (see keepBeating).
-func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop, nudge, beat func()) {
+// keepBeating is keepHeartbeating with a nudge and a hold (see keepBeating).
+func (a *Activities) keepBeating(ctx context.Context, details func() any) (stop, nudge func(), hold func(func())) {
 	return keepBeating(ctx, a.heartbeatInterval(activity.GetInfo(ctx).HeartbeatTimeout), details)
 }
 
@@ -40,13 +42,17 @@ func KeepHeartbeating(ctx context.Context, interval time.Duration, details func(
 // MaxHeartbeatThrottleInterval) still bounds how often one reaches the
 // server, and holds back only the latest details.
 //
-// beat records a heartbeat at once, in order with the periodic ones: a
-// heartbeat begun before it, whose details may be older, never reaches the
-// SDK after it. Execute beats when a process starts, so that no later
-// heartbeat forgets it.
-func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop, nudge, beat func()) {
+// hold runs f while no periodic heartbeat is recorded: a heartbeat begun
+// before it, whose details may be older, never reaches the SDK after what
+// f records. Execute holds the heartbeats while it records a new process.
+func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop, nudge func(), hold func(func())) {
 	var mu sync.Mutex
-	beat = func() {
+	hold = func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}
+	beat := func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if details == nil {
@@ -85,5 +91,58 @@ func keepBeating(ctx context.Context, interval time.Duration, details func() any
 		default: // a heartbeat is coming anyway
 		}
 	}
-	return stop, nudge, beat
+	return stop, nudge, hold
+}
+
+// HeartbeatRecorder records a heartbeat of the activity running in ctx and
+// returns once the Temporal server has it. Execute records a new process
+// through it before the command may start (see ExecuteProgress);
+// Activities.Heartbeats injects it, so that a test can make the record slow
+// or fail, and a test environment without a server can keep it in memory.
+type HeartbeatRecorder interface {
+	RecordHeartbeatNow(ctx context.Context, details any) error
+}
+
+// ServerHeartbeats is the HeartbeatRecorder of a worker: it calls the
+// Temporal server through the activity's client. Unlike
+// activity.RecordHeartbeat, it is not held back by the SDK's heartbeat
+// throttle, and it reports whether the heartbeat arrived. It gives up after
+// the activity's heartbeat timeout: by then the server has given up on the
+// attempt. A heartbeat the server answers with a request (cancel, pause,
+// reset) was recorded: the SDK's own heartbeats deliver the request.
+type ServerHeartbeats struct{}
+
+func (ServerHeartbeats) RecordHeartbeatNow(ctx context.Context, details any) error {
+	info := activity.GetInfo(ctx)
+	if info.HeartbeatTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, info.HeartbeatTimeout)
+		defer cancel()
+	}
+	err := activity.GetClient(ctx).RecordActivityHeartbeat(ctx, info.TaskToken, details)
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) || errors.Is(err, activity.ErrActivityPaused) || errors.Is(err, activity.ErrActivityReset) {
+		return nil
+	}
+	return err
+}
+
+// heartbeats returns the recorder of Activities.Heartbeats, by default
+// ServerHeartbeats.
+func (a *Activities) heartbeats() HeartbeatRecorder {
+	if a.Heartbeats != nil {
+		return a.Heartbeats
+	}
+	return ServerHeartbeats{}
+}
+
+// TestEnvironmentHeartbeats is the HeartbeatRecorder of the SDK's test
+// environments, which have no Temporal server: activity.RecordHeartbeat
+// records there at once. On a real worker it would promise nothing (the
+// SDK throttles and may drop heartbeats), so workers use ServerHeartbeats.
+type TestEnvironmentHeartbeats struct{}
+
+func (TestEnvironmentHeartbeats) RecordHeartbeatNow(ctx context.Context, details any) error {
+	activity.RecordHeartbeat(ctx, details)
+	return nil
 }

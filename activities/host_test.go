@@ -21,7 +21,7 @@ func TestTheLeasesOfAFleetHostNameIt(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
-	(&Activities{Provider: provider, HeartbeatInterval: time.Hour, Host: "h1"}).Register(env)
+	(&Activities{Provider: provider, HeartbeatInterval: time.Hour, Host: "h1", Heartbeats: TestEnvironmentHeartbeats{}}).Register(env)
 	running := sandbox.Lease{ID: "sbx-1", Status: sandbox.StatusRunning, Workspace: "/workspace"}
 	provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).Return(running, nil).Times(2)
 	provider.EXPECT().ListLeases(gomock.Any(), gomock.Any()).Return(nil, nil).AnyTimes()

@@ -140,10 +140,14 @@ func TestAttachUnknownProcess(t *testing.T) {
 
 	_, err := c.Attach(t.Context(), lease, sandbox.Process{ID: "p-404", Token: testToken}, nil)
 
-	var api *sandbox.APIError
-	require.ErrorAs(t, err, &api)
-	assert.Equal(t, http.StatusNotFound, api.Status)
-	assert.Equal(t, []string{"connect", "getSandbox", "deleteProcess", "exec"}, f.routes())
+	// No proof that its command never ran: its result is lost, typed, and
+	// the caller must not run the command again.
+	var lost *sandbox.OutputEvictedError
+	require.ErrorAs(t, err, &lost)
+	assert.True(t, lost.Gone)
+	assert.NotErrorIs(t, err, sandbox.ErrNeverStarted)
+	assert.Equal(t, []string{"connect", "getSandbox", "exec", "deleteProcess", "exec"}, f.routes())
+	assert.Equal(t, http.MethodGet, f.requests("connect")[0].Method)
 }
 
 func TestAttachRejectsBadIDs(t *testing.T) {

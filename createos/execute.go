@@ -44,10 +44,12 @@ var errTimedOut = errors.New("the command ran out of time")
 //
 // Errors, in order of precedence: a *sandbox.CleanupError when a process
 // may exist that nobody controls (its creation was not confirmed, or its
-// end was not) — destroy the lease; a timeout (a Result with TimedOut);
-// an error wrapping ctx's error ("command cancelled"); then the failure
-// itself: the error of obs.Started, wrapped, *sandbox.ConnectionExhaustedError (the output could not be
-// re-attached; the process was killed, so it may be retried),
+// end was not) — destroy the lease; the refusal of obs.Started, wrapped,
+// even when ctx has ended (the observer's refusal says why); a timeout (a
+// Result with TimedOut); an error wrapping ctx's error ("command
+// cancelled"); then the failure itself: *sandbox.ConnectionExhaustedError
+// (the output could not be re-attached; the process was killed, so it may
+// be retried),
 // *sandbox.OutputEvictedError, *sandbox.ProtocolError,
 // *sandbox.LeaseGoneError, *sandbox.APIError, *sandbox.UnavailableError or
 // *sandbox.InvalidInputError.
@@ -79,10 +81,13 @@ func (c *Client) Execute(ctx context.Context, lease sandbox.Lease, cmd sandbox.C
 // has passed already, Attach first asks whether the tree has exited: if it
 // has, the output is read in full; if not, the process is killed and the
 // Result has TimedOut and Truncated set. A process that the server does
-// not know (404) is a *sandbox.LeaseGoneError when its lease is gone, and
-// otherwise a *sandbox.APIError with Status 404: its Result cannot be
-// recovered. A Process without a Token is followed all the same, but no
-// gate is opened and no file removed.
+// not know (404) is a *sandbox.LeaseGoneError when its lease is gone; an
+// error wrapping sandbox.ErrNeverStarted when an Execute refused by
+// Observer.Started killed it behind its gate (the command never ran, and
+// may be run); and otherwise a *sandbox.OutputEvictedError with Gone set:
+// its Result cannot be recovered, and the command may have run. A Process
+// without a Token is followed all the same, but no gate is opened and no
+// file removed.
 func (c *Client) Attach(ctx context.Context, lease sandbox.Lease, proc sandbox.Process, obs sandbox.Observer) (sandbox.Result, error) {
 	if err := sandbox.CheckID("process id", proc.ID); err != nil {
 		return sandbox.Result{}, err
@@ -121,9 +126,12 @@ type run struct {
 	// known: the process is known beyond this run (obs.Started accepted it,
 	// or Attach was given it), so a detaching caller may leave it running
 	// for a later Attach. A process nobody knows is killed instead.
-	known  bool
-	staged bool        // files of the run may exist in the lease
-	timer  *time.Timer // the command's timeout, once running
+	known bool
+	// refused: obs.Started refused the process, which is killed behind its
+	// gate; the run's error is that refusal, whatever ctx says.
+	refused bool
+	staged  bool        // files of the run may exist in the lease
+	timer   *time.Timer // the command's timeout, once running
 }
 
 func (c *Client) newRun(lease sandbox.Lease, token string, obs sandbox.Observer) (*run, error) {
@@ -176,7 +184,15 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 		deadline = time.Now().Add(cmd.Timeout)
 	}
 	if err := r.obs.Started(sandbox.Process{ID: pid, Token: r.token, Deadline: deadline}); err != nil {
-		// Its gate is still shut: the command never ran.
+		// Its gate is still shut: the command never ran. The observer may
+		// have published the process all the same (its record reached
+		// Temporal, the answer did not): the evidence tells a later Attach
+		// that it may run the command (refusedPath). Best effort: without
+		// it, that Attach fails rather than risk a second run.
+		r.refused = true
+		mctx, cancel := r.freshContext(ctx)
+		_ = r.c.putFile(mctx, r.leaseID, refusedPath(r.workspace, r.token), nil)
+		cancel()
 		return exitStatus{}, fmt.Errorf("process %s not started: %w", pid, err)
 	}
 	r.known = true
@@ -221,6 +237,9 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 		}
 	}
 	st, err := r.f.follow(ctx)
+	if statusOf(err) == http.StatusNotFound && !r.f.attached {
+		return exitStatus{}, r.gone(ctx, err)
+	}
 	var evicted *sandbox.OutputEvictedError
 	if errors.As(err, &evicted) && !r.f.attached {
 		// The start of the output is gone: settle for the exit status.
@@ -232,6 +251,24 @@ func (r *run) attach(ctx context.Context, deadline time.Time, expire context.Can
 		return te.status, nil
 	}
 	return st, err
+}
+
+// gone classifies a process that the server does not know (notFound), on
+// a lease that exists: killed behind its gate by a refused Execute, whose
+// evidence is there (ErrNeverStarted), or else lost with its result.
+func (r *run) gone(ctx context.Context, notFound error) error {
+	if r.token == "" {
+		return &sandbox.OutputEvictedError{ProcessID: r.f.pid, Gone: true}
+	}
+	marker := refusedPath(r.workspace, r.token)
+	code, err := r.c.exec(ctx, r.leaseID, "test", "-e", marker)
+	switch {
+	case err != nil:
+		return fmt.Errorf("process %s is unknown (%v); look for its refusal: %w", r.f.pid, notFound, err)
+	case code != 0:
+		return &sandbox.OutputEvictedError{ProcessID: r.f.pid, Gone: true}
+	}
+	return fmt.Errorf("process %s: %w", r.f.pid, sandbox.ErrNeverStarted)
 }
 
 // openGate lets the command's script go on: it waits for its token on its
@@ -288,6 +325,10 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 		// The caller leaves the process to a later Attach: no kill, and its
 		// gate and stdin files stay for that Attach to use.
 		return sandbox.Result{}, fmt.Errorf("process %s left running: %w", r.f.pid, sandbox.ErrDetached)
+	case r.refused:
+		// The refusal says why (the observer could not record the
+		// process, often because ctx is ending): the caller tells that
+		// apart from a cancellation.
 	case context.Cause(runCtx) == errTimedOut:
 		res, err = r.f.result(exitStatus{}), nil
 		res.TimedOut = true

@@ -439,18 +439,29 @@ func TestExecuteRefusedByTheObserverNeverStartsTheCommand(t *testing.T) {
 				return errRefused
 			}}
 
-			_, err := c.Execute(ctx, f.newLease(), sandbox.Command{Argv: []string{"x"}, Stdin: []byte("in")}, rec)
+			lease := f.newLease()
+			_, err := c.Execute(ctx, lease, sandbox.Command{Argv: []string{"x"}, Stdin: []byte("in")}, rec)
 
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, sandbox.ErrDetached)
-			if !detach {
-				require.ErrorIs(t, err, errRefused)
-				assert.Contains(t, err.Error(), "process p-2 not started")
-			}
+			// The refusal survives a ctx that ended meanwhile: it is not
+			// "command cancelled", so the caller knows the command never ran.
+			require.ErrorIs(t, err, errRefused)
+			assert.Contains(t, err.Error(), "process p-2 not started")
 			assert.Empty(t, sandbox.ErrorType(err))
 			assertKilled(t, f, "p-2")
-			assert.Equal(t, []string{"putFile", "createProcess", "deleteProcess", "exec"}, f.routes(),
-				"no connect, no gate; the stdin file removed")
+			assert.Equal(t, []string{"putFile", "createProcess", "putFile", "deleteProcess", "exec"}, f.routes(),
+				"no connect, no gate; the refusal's evidence written, the stdin file removed")
+			token := strings.TrimSuffix(strings.TrimPrefix(f.requests("putFile")[0].Query.Get("path"), "/workspace/.sandboxflow/"), ".stdin")
+			assert.Equal(t, "/workspace/.sandboxflow/"+token+".refused", f.requests("putFile")[1].Query.Get("path"))
+
+			// A retry that looks for the process finds it gone, and the
+			// evidence that its command never ran.
+			f.mu.Lock()
+			delete(f.sandboxes[lease.ID].procs, "p-2") // the server forgets a killed process, as sandboxd does
+			f.mu.Unlock()
+			_, err = c.Attach(t.Context(), lease, sandbox.Process{ID: "p-2", Token: token}, nil)
+			require.ErrorIs(t, err, sandbox.ErrNeverStarted)
 		})
 	}
 }

@@ -423,12 +423,18 @@ func (f *fakeServer) exec(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound)
 		return
 	}
-	if body.Cmd == "rm" { // mkdir needs nothing: directories are not modelled
+	code := 0
+	switch body.Cmd {
+	case "rm": // mkdir needs nothing: directories are not modelled
 		for _, name := range body.Args {
 			delete(sb.files, name)
 		}
+	case "test": // test -e FILE
+		if _, ok := sb.files[body.Args[len(body.Args)-1]]; !ok {
+			code = 1
+		}
 	}
-	writeData(w, map[string]any{"result": map[string]any{"exit_code": 0, "stdout": "", "stderr": ""}})
+	writeData(w, map[string]any{"result": map[string]any{"exit_code": code, "stdout": "", "stderr": ""}})
 }
 
 func (f *fakeServer) putFile(w http.ResponseWriter, r *http.Request) {

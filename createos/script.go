@@ -108,6 +108,17 @@ func stdinPath(workspace, token string) string {
 	return path.Join(stagingDir(workspace), token+".stdin")
 }
 
+// refusedPath is the evidence that the process of the command with this
+// token was killed behind its start gate because Observer.Started refused
+// it: an Attach that finds the process gone lets its caller run the
+// command again only when this file exists (sandbox.ErrNeverStarted). It
+// outlives the run's cleanup for that reason, and stays (an empty file)
+// until the lease is destroyed: until the command's next process is
+// recorded, every retry must find it.
+func refusedPath(workspace, token string) string {
+	return path.Join(stagingDir(workspace), token+".refused")
+}
+
 // legacyGatePath is the start-gate file that the scripts of earlier
 // versions of this client (`/bin/bash -lc`) polled for. Attach writes it
 // too, so that a process started by an earlier version and left behind its

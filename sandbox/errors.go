@@ -122,13 +122,23 @@ func (e *ConnectionExhaustedError) Unwrap() error { return e.Err }
 
 // OutputEvictedError means the server dropped output before it was read: the
 // cursor fell out of the output journal.
+//
+// With Gone set, the server no longer knows the process at all: a retry
+// looked for the process of an earlier attempt and found neither it nor
+// proof that its command never ran (ErrNeverStarted). The command may
+// have run; it is not run again, since it might run twice.
 type OutputEvictedError struct {
 	ProcessID string
 	// After is the cursor that was no longer in the journal.
 	After int64
+	// Gone: the whole process is unknown to the server, not just output.
+	Gone bool `json:",omitempty"`
 }
 
 func (e *OutputEvictedError) Error() string {
+	if e.Gone {
+		return fmt.Sprintf("process %s is no longer known to the server: its output and exit status are lost", e.ProcessID)
+	}
 	return fmt.Sprintf("output of process %s after seq %d was evicted from the journal", e.ProcessID, e.After)
 }
 
@@ -284,3 +294,11 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // that is shutting down detaches rather than kills, and the retry on
 // another worker re-attaches.
 var ErrDetached = errors.New("detached from the running process")
+
+// ErrNeverStarted is what Attach returns, wrapped, for a process that the
+// server no longer knows and whose command provably never ran: the Execute
+// that created it was refused by Observer.Started and killed it behind its
+// start gate. Running the command now runs it once. A process that is
+// gone without that proof is an *OutputEvictedError with Gone set: it may
+// have run, and its result is lost.
+var ErrNeverStarted = errors.New("the process was killed before its command started")

@@ -7,6 +7,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	sdktestsuite "go.temporal.io/sdk/testsuite"
 
+	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -15,11 +16,14 @@ import (
 // Temporal SDK with RunCommand and its activities over provider
 // registered, logging warnings and errors only (to stderr): unit tests of
 // workflows that run commands, with a fake, mocked or real provider. To
-// configure the environment yourself, call workflows.Register on your own.
+// configure the environment yourself, call workflows.RegisterWorkflows and
+// register activities.Activities with TestEnvironmentHeartbeats.
 func NewWorkflowEnvironment(provider sandbox.Provider) *sdktestsuite.TestWorkflowEnvironment {
 	var suite sdktestsuite.WorkflowTestSuite
 	suite.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	env := suite.NewTestWorkflowEnvironment()
-	workflows.Register(env, provider)
+	workflows.RegisterWorkflows(env)
+	// No Temporal server to record a process on: heartbeats stay in memory.
+	(&activities.Activities{Provider: provider, Heartbeats: activities.TestEnvironmentHeartbeats{}}).Register(env)
 	return env
 }

@@ -35,7 +35,8 @@ func newHarness(t *testing.T) *harness {
 		env:      suite.NewTestWorkflowEnvironment(),
 		provider: sandboxmock.NewMockProvider(gomock.NewController(t)),
 	}
-	Register(h.env, h.provider)
+	RegisterWorkflows(h.env)
+	(&activities.Activities{Provider: h.provider, Heartbeats: activities.TestEnvironmentHeartbeats{}}).Register(h.env)
 	return h
 }
 

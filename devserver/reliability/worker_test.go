@@ -42,6 +42,13 @@ type workerProcess struct {
 // startWorker starts a worker process for the rest of the test.
 func (e *env) startWorker() *workerProcess {
 	e.t.Helper()
+	return e.startWorkerVia(e.stack.Temporal.FrontendHostPort())
+}
+
+// startWorkerVia starts a worker process that reaches the Temporal
+// frontend at address (a relay in front of it).
+func (e *env) startWorkerVia(address string) *workerProcess {
+	e.t.Helper()
 	bin, err := workerBinary()
 	require.NoError(e.t, err)
 	// Port 0: a fixed metrics port fails the worker wherever it is taken
@@ -50,7 +57,7 @@ func (e *env) startWorker() *workerProcess {
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + e.t.TempDir(), // no Temporal profile of this machine's user
-		"TEMPORAL_ADDRESS=" + e.stack.Temporal.FrontendHostPort(),
+		"TEMPORAL_ADDRESS=" + address,
 		"TEMPORAL_NAMESPACE=" + e.stack.Temporal.Namespace(),
 		"SANDBOX_API_URL=" + e.proxy.URL(),
 		"SANDBOX_API_KEY=" + e.stack.SandboxAPIKey,
