@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	sdktestsuite "go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -24,6 +25,10 @@ func Release(ctx workflow.Context, version string) (string, error) {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:    workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
 		StaticSummary: "build " + version,
+		// REQUEST_CANCEL, not the SDK's default TERMINATE: a child that is
+		// cancelled when the parent closes releases its lease; a terminated
+		// one cannot, and its lease waits for the reaper (Reaper).
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 	})
 	var build workflows.Result
 	err := workflow.ExecuteChildWorkflow(ctx, workflows.WorkflowName, workflows.Request{
