@@ -89,6 +89,7 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.ResumeLease, activity.RegisterOptions{Name: NameResumeLease})
 	r.RegisterActivityWithOptions(a.ForkLease, activity.RegisterOptions{Name: NameForkLease})
 	r.RegisterActivityWithOptions(a.SetEgress, activity.RegisterOptions{Name: NameSetEgress})
+	r.RegisterActivityWithOptions(a.ListOwnedLeases, activity.RegisterOptions{Name: NameListOwnedLeases})
 }
 
 // heartbeatInterval is how often an activity with the given heartbeat

@@ -12,6 +12,13 @@
 //	DestroyLease + sweep of the run's orphans, always (unless KeepLease), even
 //	when the run failed or was cancelled
 //
+// A run that is terminated, or times out, cannot release anything: the
+// reaper ([Reaper], run by a Temporal Schedule that the worker creates,
+// [EnsureReaperSchedule]) destroys its lease once the run has been closed
+// for ReaperRequest.ClosedFor. Start RunCommand children with
+// ParentClosePolicy REQUEST_CANCEL rather than the SDK's default
+// TERMINATE, so that a closing parent's child releases its lease itself.
+//
 // # Compensation
 //
 // One policy, the same for RunCommand, Run and every command of a

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -55,11 +53,13 @@ type KeptLease struct {
 // lease is held by nobody, and destroyed, when
 //
 //   - its workflow no longer exists (its history is past retention), or
-//   - its workflow's state names another lease or none: the lease was
-//     given up, or was the orphan of a lost create response. A closed
-//     run's state names the lease it kept (Request.KeepLease), so a kept
-//     lease stays its caller's; a run that left its lease to a lost host
-//     names none.
+//   - its workflow runs and its state names another lease or none: the
+//     lease was given up, or was the orphan of a lost create response; a
+//     run that left its lease to a lost host names none;
+//   - its workflow is closed and did not keep the lease: it was terminated
+//     or timed out before it could release it (LeaseOwner). A closed run
+//     that asked to keep its lease (Request.KeepLease) still holds it, so
+//     a kept lease stays its caller's.
 //
 // It is left alone while an attempt of its workflow to create or fork a
 // lease runs (its state may not name that lease yet), or when the
@@ -120,44 +120,9 @@ func SweepHost(ctx context.Context, c client.Client, p sandbox.Provider, settle 
 	return out, errors.Join(errs...)
 }
 
-// sweepQueryTimeout bounds each question a sweep asks of a workflow.
-const sweepQueryTimeout = 15 * time.Second
-
-// holds reports whether the workflow that labelled lease holds it; an
-// error says why that cannot be told now.
+// holds reports whether the workflow that labelled lease holds it
+// (LeaseOwner.Holds); an error says why that cannot be told now.
 func holds(ctx context.Context, c client.Client, lease sandbox.Lease) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, sweepQueryTimeout)
-	defer cancel()
-	id := lease.Labels[activities.LabelWorkflowID]
-	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var notFound *serviceerror.NotFound
-	switch {
-	case errors.As(err, &notFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("describe %s: %w", id, err)
-	}
-	for _, a := range desc.GetPendingActivities() {
-		switch a.GetActivityType().GetName() {
-		case activities.NameCreateLease, activities.NameAcquireFreshLease, activities.NameForkLease:
-			// An attempt that runs may be making this very lease. One that
-			// waits for a host with room makes nothing: the workflow's
-			// leases it does not name are orphans of earlier attempts,
-			// which take the room it waits for.
-			if a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
-				return false, fmt.Errorf("%s is leasing right now", id)
-			}
-		}
-	}
-	answer, err := c.QueryWorkflow(ctx, id, "", StateQuery)
-	if err != nil {
-		return false, fmt.Errorf("query %s: %w", id, err)
-	}
-	var state struct {
-		LeaseID string `json:"leaseId"`
-	}
-	if err := answer.Get(&state); err != nil {
-		return false, fmt.Errorf("the state of %s: %w", id, err)
-	}
-	return state.LeaseID == lease.ID, nil
+	owner, err := describeOwner(ctx, c, lease)
+	return owner.Holds(), err
 }

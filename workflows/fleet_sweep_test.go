@@ -65,6 +65,7 @@ func TestSweepHostDestroysWhatNoWorkflowHolds(t *testing.T) {
 		runLease("given-up", "w-moved"),                // its workflow moved to another lease
 		runLease("kept", "w-kept"),                     // a closed run kept it
 		runLease("released", "w-released"),             // a closed run left it to its lost host
+		runLease("terminated", "w-terminated"),         // a run terminated mid-command never released it
 		runLease("gone", "w-gone"),                     // its workflow is past retention
 		runLease("creating", "w-creating"),             // its workflow is creating a lease
 		runLease("waiting", "w-waiting"),               // its workflow waits for a host with room: an orphan
@@ -74,7 +75,7 @@ func TestSweepHostDestroysWhatNoWorkflowHolds(t *testing.T) {
 	}, nil)
 	for wid, d := range map[string]*workflowservice.DescribeWorkflowExecutionResponse{
 		"w-held": described(running), "w-moved": described(running), "w-kept": described(closed),
-		"w-released": described(closed), "w-creating": described(running, activities.NameAcquireFreshLease),
+		"w-released": described(closed), "w-terminated": described(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED), "w-creating": described(running, activities.NameAcquireFreshLease),
 		"w-waiting": described(running, "~"+activities.NameCreateLease),
 		"w-inline":  described(running),
 	} {
@@ -83,25 +84,25 @@ func TestSweepHostDestroysWhatNoWorkflowHolds(t *testing.T) {
 	c.On("DescribeWorkflowExecution", mock.Anything, "w-gone", "").Return(nil, serviceerror.NewNotFound("gone"))
 	for wid, state := range map[string]State{
 		"w-held": {LeaseID: "held"}, "w-moved": {LeaseID: "elsewhere", LeaseHost: "h2"},
-		"w-kept": {LeaseID: "kept"}, "w-released": {LostLeases: []string{"released"}}, "w-waiting": {},
+		"w-kept": {LeaseID: "kept", KeepLease: true}, "w-terminated": {LeaseID: "terminated"}, "w-released": {LostLeases: []string{"released"}}, "w-waiting": {},
 	} {
 		c.On("QueryWorkflow", mock.Anything, wid, "", StateQuery).Return(answer{state}, nil)
 	}
 	c.On("QueryWorkflow", mock.Anything, "w-inline", "", StateQuery).Return(nil, serviceerror.NewQueryFailed("unknown queryType state"))
-	for _, id := range []string{"given-up", "released", "gone", "waiting"} {
+	for _, id := range []string{"given-up", "released", "terminated", "gone", "waiting"} {
 		provider.EXPECT().DestroyLease(gomock.Any(), id).Return(nil)
 	}
 
 	sweep, err := SweepHost(t.Context(), c, provider, time.Millisecond)
 	require.NoError(t, err)
-	assert.Equal(t, 8, sweep.Leases)
-	assert.ElementsMatch(t, []string{"given-up", "released", "gone", "waiting"}, sweep.Destroyed)
+	assert.Equal(t, 9, sweep.Leases)
+	assert.ElementsMatch(t, []string{"given-up", "released", "terminated", "gone", "waiting"}, sweep.Destroyed)
 	var kept []string
 	for _, k := range sweep.Kept {
 		kept = append(kept, k.ID)
 	}
 	assert.ElementsMatch(t, []string{"creating", "inline"}, kept)
-	c.AssertNumberOfCalls(t, "DescribeWorkflowExecution", 8+4) // the unheld are asked twice
+	c.AssertNumberOfCalls(t, "DescribeWorkflowExecution", 9+5) // the unheld are asked twice
 }
 
 func TestSweepHostKeepsALeaseThatIsHeldAtTheSecondLook(t *testing.T) {

@@ -110,7 +110,7 @@ func newRun(req Request, runKey string) *run {
 		req:       req,
 		runKey:    runKey,
 		options:   resolveOptions(req),
-		state:     State{MaxFreshLeases: req.maxFreshLeases()},
+		state:     State{MaxFreshLeases: req.maxFreshLeases(), KeepLease: req.KeepLease},
 		publisher: publisher{command: summarize(req.Command.String())},
 	}
 	r.compensation = compensation{r: r, max: r.state.MaxFreshLeases}

@@ -39,7 +39,7 @@ import (
 // Cancelling the session — which is what a parent's close does to a
 // session opened with OpenSession — destroys the lease in a disconnected
 // context, like UpdateClose. A terminated session cannot clean up: its
-// lease stays until someone destroys it.
+// lease stays until the reaper (Reaper) destroys it.
 //
 // Use OpenSession and AttachSession from a workflow, and SessionClient from
 // ordinary Go code.

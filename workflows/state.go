@@ -59,6 +59,10 @@ type State struct {
 	// workflow's state names here (SweepHost).
 	LeaseID   string `json:"leaseId,omitempty"`
 	LeaseHost string `json:"leaseHost,omitempty"`
+	// KeepLease is the request's KeepLease: the lease LeaseID names is
+	// the caller's, even once the run has closed, however it closed. The
+	// reaper (Reaper) and a fleet host's sweep leave it alone.
+	KeepLease bool `json:"keepLease,omitempty"`
 	// FreshLeases counts the fresh leases taken so far (compensation);
 	// each command may take MaxFreshLeases.
 	FreshLeases    int `json:"freshLeases"`

@@ -25,6 +25,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/internal/workerapp"
+	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 func main() {
@@ -86,6 +88,13 @@ func main() {
 	w, err := workerapp.New(c, *cfg)
 	if err != nil {
 		fatal("%v", err)
+	}
+	if created, err := workerapp.EnsureReaper(context.Background(), c, *cfg); err != nil {
+		// The worker runs without it; another worker, or the next start,
+		// creates it.
+		logger.Warn("could not create the reaper's schedule", "error", err)
+	} else if created {
+		logger.Info("created the reaper's schedule", "schedule", workflows.ReaperScheduleID, "every", cfg.ReaperInterval)
 	}
 	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "encryption", keys)
 	if err := w.Run(worker.InterruptCh()); err != nil {

@@ -233,6 +233,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if err := s.Worker.Start(); err != nil {
 			return nil, fmt.Errorf("start the worker: %w", err)
 		}
+		if _, err := workerapp.EnsureReaper(ctx, s.Client, wcfg); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -52,6 +52,16 @@ type Config struct {
 	// when it is zero; host mode sets its slot limits too.
 	Options worker.Options
 
+	// ReaperInterval is how often the reaper (workflows.Reaper) destroys
+	// the leases of runs that closed without releasing them: the period of
+	// the schedule that EnsureReaper creates. 0 means
+	// workflows.DefaultReaperInterval; negative creates no schedule (the
+	// worker still runs the reaper's workflow and activities for a
+	// schedule that exists). ReaperClosedFor is
+	// workflows.ReaperRequest.ClosedFor. Both only apply when the schedule
+	// is created: edit an existing one in the Web UI or with the CLI.
+	ReaperInterval, ReaperClosedFor time.Duration
+
 	// Host, when set, names this sandbox host of a fleet: NewHost runs the
 	// worker in host mode (see Host), and Sandbox is the host's own
 	// server. New ignores the fields below.
@@ -82,8 +92,9 @@ func (c Config) Format(f fmt.State, verb rune) {
 // LogValue logs the configuration as Format prints it.
 func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
-// New creates a worker in plain mode on c, with RunCommand and the
-// activities registered.
+// New creates a worker in plain mode on c, with RunCommand, the reaper
+// and the activities registered. EnsureReaper creates the reaper's
+// schedule.
 func New(c client.Client, cfg Config) (worker.Worker, error) {
 	provider, err := newProvider(&cfg)
 	if err != nil {
@@ -94,6 +105,7 @@ func New(c client.Client, cfg Config) (worker.Worker, error) {
 	}
 	w := worker.New(c, cfg.TaskQueue, workerOptions(cfg))
 	workflows.RegisterWorkflows(w)
+	workflows.RegisterReaper(w, c)
 	acts := &activities.Activities{
 		Provider:          provider,
 		Secrets:           activities.EnvSecrets{Prefix: cfg.SecretPrefix},
@@ -136,6 +148,10 @@ func Flags(fs *flag.FlagSet, getenv func(string) string) *Config {
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 30*time.Second, "how long a stopping worker lets activities finish")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", env("SANDBOXFLOW_METRICS_LISTEN", DefaultMetricsListen),
 		`serve Prometheus metrics at /metrics on this address; "" serves none (SANDBOXFLOW_METRICS_LISTEN)`)
+	fs.DurationVar(&cfg.ReaperInterval, "reaper-interval", workflows.DefaultReaperInterval,
+		"how often the reaper destroys the leases of runs that closed without releasing them (the schedule "+workflows.ReaperScheduleID+", created if missing); negative: create no schedule")
+	fs.DurationVar(&cfg.ReaperClosedFor, "reaper-closed-for", workflows.DefaultReaperClosedFor,
+		"how long a lease's owner must have been closed before the reaper destroys the lease")
 	fs.StringVar(&cfg.Host, "host", getenv("SANDBOXFLOW_HOST"),
 		"run as this sandbox host of a fleet, with --sandbox-url its own server (SANDBOXFLOW_HOST; default: plain mode, one sandbox service for all workers)")
 	fs.IntVar(&cfg.HostCapacity, "host-capacity", intEnv(getenv, "SANDBOXFLOW_HOST_CAPACITY"),

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	sdktestsuite "go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -23,8 +24,9 @@ import (
 // own page in the Web UI, cancellable on its own).
 func Release(ctx workflow.Context, version string) (string, error) {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:    workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
-		StaticSummary: "build " + version,
+		WorkflowID:        workflow.GetInfo(ctx).WorkflowExecution.ID + "/build",
+		StaticSummary:     "build " + version,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL, // a cancelled child releases its lease; a terminated one leaves it to the reaper
 	})
 	var build workflows.Result
 	err := workflow.ExecuteChildWorkflow(ctx, workflows.WorkflowName, workflows.Request{
