@@ -46,8 +46,8 @@ func TestAttachReplaysFromTheStart(t *testing.T) {
 			assert.JSONEq(t, `{"data_base64":"`+base64.StdEncoding.EncodeToString([]byte(testToken+"\n"))+`"}`,
 				string(f.requests("input")[0].Body), "the gate's line")
 			assert.Equal(t, "/workspace/.sandboxflow/"+testToken+".gate", f.requests("putFile")[0].Query.Get("path"), "the legacy gate")
-			assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + testToken + ".gate", "/workspace/.sandboxflow/" + testToken + ".stdin"},
-				execArgs(t, f.requests("exec")[0]), "the legacy gate and a staged stdin are removed")
+			assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + testToken + ".gate", "/workspace/.sandboxflow/" + testToken + ".stdin", "/workspace/.sandboxflow/" + testToken + ".sh"},
+				execArgs(t, f.requests("exec")[0]), "the legacy gate, a staged stdin and an uploaded script are removed")
 		})
 	}
 }

@@ -227,13 +227,13 @@ func (c *Client) removeFiles(ctx context.Context, leaseID string, files ...strin
 	return err
 }
 
-// createProcess starts a managed process. When it fails, notCreated
+// createProcess starts a managed process, the shell with args. When it fails, notCreated
 // reports whether the request was never sent or its answer proves that no
 // process exists (a status below 500); otherwise one may have been
 // created.
-func (c *Client) createProcess(ctx context.Context, leaseID, script, cwd string) (pid string, notCreated bool, err error) {
+func (c *Client) createProcess(ctx context.Context, leaseID string, args []string, cwd string) (pid string, notCreated bool, err error) {
 	rq := request{op: "create process", method: http.MethodPost, path: sandboxPath(leaseID) + "/processes",
-		json: map[string]any{"cmd": shell, "args": []string{"-c", script}, "cwd": cwd}}
+		json: map[string]any{"cmd": shell, "args": args, "cwd": cwd}}
 	var data struct {
 		ProcessID string `json:"process_id"`
 	}

@@ -19,7 +19,8 @@ var errTimedOut = errors.New("the command ran out of time")
 // its timeout expires or ctx ends (PROTOCOL.md §6):
 //
 //  1. cmd and the lease id are checked before any request is sent.
-//  2. Stdin, if any, is staged as a file in the lease.
+//  2. Stdin, if any, is staged as a file in the lease, and so is the
+//     start script when it is too long to pass inline (script.go).
 //  3. The process is created; obs.Started learns it at once, with the
 //     Deadline that Attach would use (now + cmd.Timeout: a little before
 //     the timeout expires, as it runs from step 4). If Started returns an
@@ -171,8 +172,12 @@ func (r *run) execute(ctx context.Context, cmd sandbox.Command, expire context.C
 		}
 	}
 
+	args, err := r.processArgs(ctx, spec.build())
+	if err != nil {
+		return exitStatus{}, err
+	}
 	r.creationUnconfirmed = true
-	pid, notCreated, err := r.c.createProcess(ctx, r.leaseID, spec.build(), r.workspace)
+	pid, notCreated, err := r.c.createProcess(ctx, r.leaseID, args, r.workspace)
 	if err != nil {
 		r.creationUnconfirmed = !notCreated
 		return exitStatus{}, err
@@ -357,7 +362,7 @@ func (r *run) cleanup(ctx context.Context, completed bool, first error) error {
 	var gone *sandbox.LeaseGoneError
 	if r.staged && r.token != "" && !errors.As(first, &gone) {
 		rctx, cancel := r.freshContext(ctx)
-		_ = r.c.removeFiles(rctx, r.leaseID, legacyGatePath(r.workspace, r.token), stdinPath(r.workspace, r.token))
+		_ = r.c.removeFiles(rctx, r.leaseID, legacyGatePath(r.workspace, r.token), stdinPath(r.workspace, r.token), scriptPath(r.workspace, r.token))
 		cancel()
 	}
 	return first

@@ -110,7 +110,7 @@ func TestExecuteRunsCommand(t *testing.T) {
 	assert.Contains(t, script, `export GREETING='it'\''s $HOME'`+"\n")
 	assert.Contains(t, script, "exec 'cat' '-' < '"+stdinFile+"'\n")
 
-	assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + proc.Token + ".gate", stdinFile}, execArgs(t, f.requests("exec")[0]))
+	assert.Equal(t, []string{"-f", "--", "/workspace/.sandboxflow/" + proc.Token + ".gate", stdinFile, "/workspace/.sandboxflow/" + proc.Token + ".sh"}, execArgs(t, f.requests("exec")[0]))
 	_, left := f.file(lease.ID, stdinFile)
 	assert.False(t, left, "the staged stdin is removed")
 }
@@ -130,6 +130,39 @@ func TestExecuteWithoutStdinReadsDevNull(t *testing.T) {
 	assert.Contains(t, create.Args[1], "exec 'true' < '/dev/null'\n")
 }
 
+// A script longer than maxInlineScript travels as a file, like stdin:
+// the process is `sh FILE`, its gate the same, and the file is removed
+// with the run's other files.
+func TestExecuteUploadsALongScript(t *testing.T) {
+	f := newFakeServer(t)
+	c := newTestClient(t, f)
+	lease := f.newLease()
+	rec := &recorder{}
+	big := strings.Repeat("x", 100_000)
+
+	res, err := c.Execute(t.Context(), lease, sandbox.Command{Argv: []string{"echo", big, big}}, rec)
+
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.Result{ProcessID: "p-2"}, res)
+	assert.Equal(t, []string{"putFile", "createProcess", "connect", "input", "exec"}, f.routes())
+	token := rec.started[0].Token
+	scriptFile := "/workspace/.sandboxflow/" + token + ".sh"
+	put := f.requests("putFile")[0]
+	assert.Equal(t, scriptFile, put.Query.Get("path"))
+	assert.Contains(t, string(put.Body), `IFS= read -r gate && [ "$gate" = '`+token+"' ] || ")
+	assert.Contains(t, string(put.Body), "exec 'echo' '"+big+"' '"+big+"' < '/dev/null'\n")
+	var create struct {
+		Cmd  string
+		Args []string
+	}
+	require.NoError(t, json.Unmarshal(f.requests("createProcess")[0].Body, &create))
+	assert.Equal(t, "/bin/sh", create.Cmd)
+	assert.Equal(t, []string{scriptFile}, create.Args)
+	assert.Contains(t, execArgs(t, f.requests("exec")[0]), scriptFile)
+	_, left := f.file(lease.ID, scriptFile)
+	assert.False(t, left, "the uploaded script is removed")
+}
+
 func TestExecuteRejectsInvalidInputBeforeAnyRequest(t *testing.T) {
 	f := newFakeServer(t)
 	c := newTestClient(t, f)
@@ -139,12 +172,19 @@ func TestExecuteRejectsInvalidInputBeforeAnyRequest(t *testing.T) {
 		cmd   sandbox.Command
 		field string
 	}{
-		"env name":           {lease, sandbox.Command{Argv: []string{"env"}, Env: map[string]string{"BAD;KEY": "env-secret-value"}}, "env"},
-		"NUL in argument":    {lease, sandbox.Command{Argv: []string{"echo", "a\x00b"}}, "argv[1]"},
-		"no program":         {lease, sandbox.Command{}, "argv"},
-		"bad lease id":       {sandbox.Lease{ID: "../sb-1"}, sandbox.Command{Argv: []string{"true"}}, "lease id"},
-		"empty lease id":     {sandbox.Lease{}, sandbox.Command{Argv: []string{"true"}}, "lease id"},
-		"relative workspace": {sandbox.Lease{ID: "sb-1", Workspace: "work"}, sandbox.Command{Argv: []string{"true"}}, "lease workspace"},
+		"env name":                  {lease, sandbox.Command{Argv: []string{"env"}, Env: map[string]string{"BAD;KEY": "env-secret-value"}}, "env"},
+		"NUL in argument":           {lease, sandbox.Command{Argv: []string{"echo", "a\x00b"}}, "argv[1]"},
+		"no program":                {lease, sandbox.Command{}, "argv"},
+		"bad lease id":              {sandbox.Lease{ID: "../sb-1"}, sandbox.Command{Argv: []string{"true"}}, "lease id"},
+		"empty lease id":            {sandbox.Lease{}, sandbox.Command{Argv: []string{"true"}}, "lease id"},
+		"relative workspace":        {sandbox.Lease{ID: "sb-1", Workspace: "work"}, sandbox.Command{Argv: []string{"true"}}, "lease workspace"},
+		"one argument over 128 KiB": {lease, sandbox.Command{Argv: []string{"echo", strings.Repeat("a", sandbox.MaxArgBytes+1)}}, "argv[1]"},
+		"one variable over 128 KiB": {lease, sandbox.Command{Argv: []string{"env"}, Env: map[string]string{"V": strings.Repeat("env-secret-value", 9000)}}, "env"},
+		"argv and env over the budget": {lease, sandbox.Command{Argv: []string{"echo", strings.Repeat("a", 100_000)},
+			Env: map[string]string{"A": strings.Repeat("b", 120_000), "B": strings.Repeat("b", 120_000), "C": strings.Repeat("b", 120_000),
+				"D": strings.Repeat("b", 120_000), "E": strings.Repeat("b", 120_000), "F": strings.Repeat("b", 120_000),
+				"G": strings.Repeat("b", 120_000), "H": strings.Repeat("b", 120_000)}}, "argv"},
+		"stdin over its limit": {lease, sandbox.Command{Argv: []string{"cat"}, Stdin: make([]byte, sandbox.MaxStdinBytes+1)}, "stdin"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := c.Execute(t.Context(), tc.lease, tc.cmd, nil)

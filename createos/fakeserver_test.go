@@ -294,11 +294,16 @@ func (p *fakeProc) stdin() []byte {
 	return nil
 }
 
+// script is the process's script: inline (`sh -c SCRIPT`) or uploaded
+// (`sh FILE`). f.mu is held.
 func (p *fakeProc) script() string {
-	if len(p.body.Args) != 2 {
-		return ""
+	switch len(p.body.Args) {
+	case 1:
+		return string(p.sb.files[p.body.Args[0]])
+	case 2:
+		return p.body.Args[1]
 	}
-	return p.body.Args[1]
+	return ""
 }
 
 // --- default semantics

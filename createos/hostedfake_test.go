@@ -445,14 +445,18 @@ func (f *hostedFake) createProcess(w http.ResponseWriter, r *http.Request) {
 		Args []string `json:"args"`
 		Cwd  string   `json:"cwd"`
 	}
-	if json.NewDecoder(r.Body).Decode(&body) != nil || len(body.Args) != 2 {
+	if json.NewDecoder(r.Body).Decode(&body) != nil || len(body.Args) == 0 || len(body.Args) > 2 {
 		hostedFail(w, http.StatusBadRequest, "INVALID_BODY")
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	script := body.Args[len(body.Args)-1] // sh -c SCRIPT
+	if len(body.Args) == 1 {              // sh FILE
+		script = string(sb.files[body.Args[0]])
+	}
 	f.nextID++
-	p := &hostedProc{f: f, id: "proc_" + strconv.Itoa(f.nextID), script: body.Args[1], changed: make(chan struct{})}
+	p := &hostedProc{f: f, id: "proc_" + strconv.Itoa(f.nextID), script: script, changed: make(chan struct{})}
 	sb.procs[p.id] = p
 	hostedData(w, p.viewLocked())
 }

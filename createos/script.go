@@ -1,13 +1,15 @@
 package createos
 
 import (
+	"context"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
 )
 
-// The process the server starts for a command is `/bin/sh -c SCRIPT`.
+// The process the server starts for a command is `/bin/sh -c SCRIPT`, or
+// `/bin/sh FILE` for a script too long to go inline (see processArgs).
 // SCRIPT waits at a start gate, so that the command runs only once its
 // output stream is attached and none of its output can be missed, then
 // enters the working directory, sets the variables and execs the command:
@@ -87,6 +89,36 @@ func (s scriptSpec) build() string {
 	return b.String()
 }
 
+// maxInlineScript is the longest script passed inline, as the argument
+// of `sh -c`. Linux refuses any one execve argument over 128 KiB
+// (sandbox.MaxArgBytes), so a command whose words or variables add up to
+// more could not start inline; and the create request of a managed process
+// is a JSON body for which the hosted service documents no limit
+// (docs/CREATEOS-API.md §3.12), unlike its file uploads' raw bodies
+// (§3.5), which the SDKs use for large transfers. A longer script is
+// uploaded as a file in the staging directory, like stdin, and the
+// process is `sh FILE`: then only the kernel's limit on argv and
+// environment together (sandbox.MaxArgvEnvBytes) applies, when the script
+// execs the command. The common short command costs no upload.
+const maxInlineScript = 64 << 10
+
+// processArgs are the arguments of the shell that runs the script with
+// this token: `-c SCRIPT`, or, for a script longer than maxInlineScript,
+// the path of the script uploaded as a file (which the run's cleanup
+// removes). The start gate is the same either way: the shell reads its
+// script from the file and the gate from its stdin.
+func (r *run) processArgs(ctx context.Context, script string) ([]string, error) {
+	if len(script) <= maxInlineScript {
+		return []string{"-c", script}, nil
+	}
+	file := scriptPath(r.workspace, r.token)
+	r.staged = true
+	if err := r.c.putFile(ctx, r.leaseID, file, []byte(script)); err != nil {
+		return nil, err
+	}
+	return []string{file}, nil
+}
+
 // gateLine is what opens the gate of the script with this token.
 func gateLine(token string) []byte { return []byte(token + "\n") }
 
@@ -99,7 +131,8 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// stagingDir is where a lease's per-command files live: staged stdin (and
+// stagingDir is where a lease's per-command files live: staged stdin and
+// long scripts (and
 // the start-gate files of earlier versions, see legacyGatePath).
 func stagingDir(workspace string) string { return path.Join(workspace, ".sandboxflow") }
 
@@ -117,6 +150,11 @@ func stdinPath(workspace, token string) string {
 // recorded, every retry must find it.
 func refusedPath(workspace, token string) string {
 	return path.Join(stagingDir(workspace), token+".refused")
+}
+
+// scriptPath names the uploaded script of the command with this token.
+func scriptPath(workspace, token string) string {
+	return path.Join(stagingDir(workspace), token+".sh")
 }
 
 // legacyGatePath is the start-gate file that the scripts of earlier

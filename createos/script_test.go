@@ -162,3 +162,33 @@ func TestWorkingDir(t *testing.T) {
 	assert.Equal(t, "/workspace/src", workingDir("/workspace", "./src/"))
 	assert.Equal(t, "/tmp", workingDir("/workspace", "/tmp/"))
 }
+
+// A command whose words add up to more than one execve argument may hold
+// (128 KiB) cannot start as `sh -c SCRIPT`; run from a file, the script
+// hands the kernel only the command's own argv, which may be up to
+// sandbox.MaxArgvEnvBytes. Both with the real /bin/sh and the gate.
+func TestLongScriptRunsFromAFileWithRealShell(t *testing.T) {
+	if _, err := os.Stat(shell); err != nil {
+		t.Skip("no " + shell)
+	}
+	workspace := t.TempDir()
+	argv := []string{"/bin/sh", "-c", `printf %s "$@" | wc -c`, "sh"}
+	for i := 0; i < 8; i++ {
+		argv = append(argv, strings.Repeat(string(rune('a'+i)), 100_000))
+	}
+	script := scriptSpec{token: "TOKEN", dir: workspace, argv: argv}.build()
+	require.Greater(t, len(script), maxInlineScript)
+
+	inline := exec.CommandContext(t.Context(), shell, "-c", script)
+	require.ErrorContains(t, inline.Start(), "argument list too long", "the fault this avoids")
+
+	file := filepath.Join(workspace, "TOKEN.sh")
+	require.NoError(t, os.WriteFile(file, []byte(script), 0o600))
+	cmd := exec.CommandContext(t.Context(), shell, file)
+	cmd.Dir = workspace
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdin = strings.NewReader(string(gateLine("TOKEN")))
+	require.NoError(t, cmd.Run(), out.String())
+	assert.Equal(t, "800000", strings.TrimSpace(out.String()))
+}

@@ -12,6 +12,8 @@ import (
 // they are.
 type Command struct {
 	// Argv is the program and its arguments. Argv[0] must not be empty.
+	// Each argument is at most MaxArgBytes, and argv and Env together at
+	// most MaxArgvEnvBytes.
 	Argv []string `json:"argv"`
 	// Cwd is the working directory. A relative path is relative to the lease's
 	// workspace; empty means the workspace itself.
@@ -19,8 +21,8 @@ type Command struct {
 	// Env adds variables to the command's environment. Names must match
 	// [A-Za-z_][A-Za-z0-9_]*.
 	Env map[string]string `json:"env,omitempty"`
-	// Stdin, if not empty, is the command's standard input. Otherwise the
-	// command reads end-of-file.
+	// Stdin, if not empty, is the command's standard input, at most
+	// MaxStdinBytes. Otherwise the command reads end-of-file.
 	Stdin []byte `json:"stdin,omitempty"`
 	// Timeout bounds the command's run time; zero means no limit. A command
 	// that runs out of time is killed and its Result has TimedOut set.
@@ -32,9 +34,9 @@ var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // ValidEnvName reports whether name can be an environment variable name.
 func ValidEnvName(name string) bool { return envNamePattern.MatchString(name) }
 
-// Validate checks the command without sending anything. It returns an
-// *InvalidInputError naming the first field at fault. Error text never
-// contains an environment value.
+// Validate checks the command without sending anything, its sizes
+// included (limits.go). It returns an *InvalidInputError naming the first
+// field at fault. Error text never contains an environment value.
 func (c Command) Validate() error {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
 		return &InvalidInputError{Field: "argv", Reason: "a command needs a program name"}
@@ -58,7 +60,7 @@ func (c Command) Validate() error {
 	if c.Timeout < 0 {
 		return &InvalidInputError{Field: "timeout", Reason: "must not be negative"}
 	}
-	return nil
+	return c.checkSizes()
 }
 
 // String shows the command as a shell would read it, for summaries and

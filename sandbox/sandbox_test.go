@@ -119,3 +119,59 @@ func TestCleanupErrorText(t *testing.T) {
 	var api *APIError
 	assert.ErrorAs(t, creation, &api, "the cause stays reachable")
 }
+
+// Each size limit fails by its own name, with the limit and the size
+// found, at the edge: the limit passes, one byte more fails.
+func TestCommandValidateSizes(t *testing.T) {
+	arg := strings.Repeat("a", MaxArgBytes)
+	require.NoError(t, Command{Argv: []string{"echo", arg}}.Validate())
+	require.NoError(t, Command{Argv: []string{"cat"}, Stdin: make([]byte, MaxStdinBytes)}.Validate())
+	require.NoError(t, Command{Argv: []string{"env"}, Env: map[string]string{"V": strings.Repeat("v", MaxArgBytes-2)}}.Validate())
+
+	// Argv of exactly MaxArgvEnvBytes, as the kernel counts it.
+	const perString = 100_000
+	n := MaxArgvEnvBytes / (perString + 1 + 8)
+	argv := make([]string, n+1)
+	for i := range n {
+		argv[i] = strings.Repeat("b", perString)
+	}
+	argv[n] = strings.Repeat("c", MaxArgvEnvBytes-n*(perString+1+8)-1-8)
+	require.NoError(t, Command{Argv: argv}.Validate())
+	argv[n] += "c"
+
+	for name, tc := range map[string]struct {
+		cmd   Command
+		field string
+		says  string
+	}{
+		"one argument": {Command{Argv: []string{"echo", arg + "a"}}, "argv[1]", "131072 bytes, more than the limit of 131071 bytes for one argument"},
+		"one variable": {Command{Argv: []string{"env"}, Env: map[string]string{"V": "secret" + strings.Repeat("v", MaxArgBytes-7)}}, "env", "more than the limit of 131071 bytes for one variable (V=value)"},
+		"argv and env": {Command{Argv: argv}, "argv", fmt.Sprintf("%d bytes, more than the limit of %d bytes for argv and env together", MaxArgvEnvBytes+1, MaxArgvEnvBytes)},
+		"stdin":        {Command{Argv: []string{"cat"}, Stdin: make([]byte, MaxStdinBytes+1)}, "stdin", fmt.Sprintf("%d bytes, more than its limit of %d bytes (sandbox.MaxStdinBytes)", MaxStdinBytes+1, MaxStdinBytes)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.cmd.Validate()
+			var invalid *InvalidInputError
+			require.ErrorAs(t, err, &invalid)
+			assert.Equal(t, tc.field, invalid.Field)
+			assert.Contains(t, err.Error(), tc.says)
+			assert.NotContains(t, err.Error(), "secret")
+		})
+	}
+}
+
+func TestCheckPayloadSize(t *testing.T) {
+	require.NoError(t, CheckPayloadSize("request", Command{Argv: []string{"echo", strings.Repeat("a", 100_000)}}))
+	// '<' is 6 bytes in JSON: 300 000 of them fit argv, not a payload.
+	argv := []string{"echo"}
+	for range 3 {
+		argv = append(argv, strings.Repeat("<", 100_000))
+	}
+	cmd := Command{Argv: argv}
+	require.NoError(t, cmd.Validate())
+	err := CheckPayloadSize("request", cmd)
+	var invalid *InvalidInputError
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "request", invalid.Field)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the limit of %d bytes for a Temporal payload", MaxPayloadBytes))
+}

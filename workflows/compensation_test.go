@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,10 +139,10 @@ func TestSessionAnswersARepeatedFailureWithItsDetails(t *testing.T) {
 func TestSessionRemembersABoundedNumberOfAnswers(t *testing.T) {
 	s := &session{}
 	big := string(make([]byte, maxRememberedOutput/2))
-	for i := range maxRememberedUpdates + 5 {
+	for i := range DefaultRememberedUpdates + 5 {
 		s.remember(string(rune('a'+i)), AnsweredUpdate{Result: SessionResult{Result: sandbox.Result{Stdout: big}, Seq: i + 1}}, nil)
 	}
-	require.Len(t, s.answers, maxRememberedUpdates)
+	require.Len(t, s.answers, DefaultRememberedUpdates)
 	assert.Equal(t, 6, s.answers[0].Result.Seq, "the oldest are forgotten")
 	kept := 0
 	for _, a := range s.answers {
@@ -151,6 +153,28 @@ func TestSessionRemembersABoundedNumberOfAnswers(t *testing.T) {
 	}
 	assert.LessOrEqual(t, kept, maxRememberedOutput)
 	assert.Equal(t, big, s.answers[len(s.answers)-1].Result.Stdout, "the newest keeps its output")
+}
+
+// SessionRequest.RememberedUpdates sets how many answers are kept, and
+// is validated.
+func TestSessionRemembersAsManyAnswersAsAsked(t *testing.T) {
+	s := &session{req: SessionRequest{RememberedUpdates: 100}}
+	for i := range 150 {
+		s.remember(fmt.Sprint(i), AnsweredUpdate{Result: SessionResult{Seq: i + 1}}, nil)
+	}
+	require.Len(t, s.answers, 100)
+	_, ok := s.answered("50")
+	assert.True(t, ok, "the 100th newest is remembered")
+	_, ok = s.answered("49")
+	assert.False(t, ok)
+
+	for _, n := range []int{-1, MaxRememberedUpdates + 1} {
+		err := SessionRequest{RememberedUpdates: n}.Validate()
+		var invalid *sandbox.InvalidInputError
+		require.ErrorAs(t, err, &invalid, "%d", n)
+		assert.Equal(t, "rememberedUpdates", invalid.Field)
+	}
+	require.NoError(t, SessionRequest{RememberedUpdates: MaxRememberedUpdates}.Validate())
 }
 
 // roundTrip sends err through the failure converter, as a failure
@@ -176,4 +200,19 @@ func TestUpdateSessionKeepsTheFailureDetails(t *testing.T) {
 	var got CompensationDetails
 	require.NoError(t, appErr.Details(&got))
 	assert.Equal(t, details, got)
+}
+
+// A request whose JSON would not fit one Temporal payload is refused by
+// Validate, so that neither the starter nor the execute Update's
+// validator lets it near a lease.
+func TestRequestOverThePayloadLimitIsInvalid(t *testing.T) {
+	argv := []string{"echo"}
+	for range 3 {
+		argv = append(argv, strings.Repeat("<", 100_000)) // 6 bytes each in JSON
+	}
+	err := SessionCommand{Command: sandbox.Command{Argv: argv}}.Validate()
+	var invalid *sandbox.InvalidInputError
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "request", invalid.Field)
+	assert.Contains(t, err.Error(), "Temporal payload")
 }

@@ -15,8 +15,10 @@ const DefaultMaxFreshLeases = 2
 // Request is the input of RunCommand (and of Run).
 type Request struct {
 	// Command is what to run. It is workflow input, so it is stored in
-	// history: keep Stdin small (Temporal limits a payload to 2 MiB) and
-	// put secrets in SecretEnv, not in Env or Argv.
+	// history: its sizes are bounded (sandbox.MaxArgvEnvBytes,
+	// MaxStdinBytes), and so is the whole request's JSON
+	// (sandbox.MaxPayloadBytes); Validate checks them all. Put secrets in
+	// SecretEnv, not in Env or Argv.
 	Command sandbox.Command `json:"command"`
 	// SecretEnv adds environment variables whose values are secrets:
 	// variable name → secret name. Only the names enter workflow history;
@@ -86,7 +88,9 @@ func (r Request) Validate() error {
 			return &sandbox.InvalidInputError{Field: "secretEnv", Reason: fmt.Sprintf("%s is also a plain environment variable", variable)}
 		}
 	}
-	return nil
+	// The request is workflow input (or an execute Update's argument) and
+	// Execute's input: one payload each, so it must fit one.
+	return sandbox.CheckPayloadSize("request", r)
 }
 
 func (r Request) maxFreshLeases() int {

@@ -15,13 +15,14 @@ import (
 // run its command again, or fork again. A repeat gets the recorded answer
 // instead. (The other Updates can simply be performed again.)
 //
-// The memory is bounded: the last maxRememberedUpdates answers, and at
-// most maxRememberedOutput bytes of their output in all; the output of
-// older answers is dropped first (their Result then has Truncated set).
-const (
-	maxRememberedUpdates = 32
-	maxRememberedOutput  = 256 << 10
-)
+// The memory is bounded: the last SessionRequest.RememberedUpdates
+// answers (DefaultRememberedUpdates, 32), and at most maxRememberedOutput
+// bytes of their output in all; the output of older answers is dropped
+// first (their Result then has Truncated set). A repeat of an Update
+// older than that, landing on a later run, is not recognised: its command
+// runs again. Every remembered answer travels in the continue-as-new
+// input, hence MaxRememberedUpdates.
+const maxRememberedOutput = 256 << 10
 
 // AnsweredUpdate is an execute or fork Update that a session answered.
 type AnsweredUpdate struct {
@@ -64,7 +65,7 @@ func (s *session) remember(id string, a AnsweredUpdate, err error) {
 	}
 	a.ID, a.Error = id, recordError(err)
 	s.answers = append(s.answers, a)
-	s.answers = s.answers[max(0, len(s.answers)-maxRememberedUpdates):]
+	s.answers = s.answers[max(0, len(s.answers)-s.req.rememberedUpdates()):]
 	total := 0
 	for _, a := range s.answers {
 		total += len(a.Result.Stdout) + len(a.Result.Stderr)

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
@@ -40,6 +41,13 @@ const (
 	// continues as new, carrying its lease, so that its history stays
 	// small. It also continues as new when Temporal suggests it.
 	DefaultCommandsPerRun = 200
+	// DefaultRememberedUpdates is how many answered execute and fork
+	// Updates a session remembers across continue-as-new (see
+	// SessionRequest.RememberedUpdates).
+	DefaultRememberedUpdates = 32
+	// MaxRememberedUpdates bounds SessionRequest.RememberedUpdates: the
+	// answers travel in the continue-as-new input, one Temporal payload.
+	MaxRememberedUpdates = 1000
 )
 
 // TypeSessionClosed is the error type with which a closing or closed
@@ -67,6 +75,14 @@ type SessionRequest struct {
 	// CommandsPerRun: the session continues as new after this many
 	// commands. Zero means DefaultCommandsPerRun.
 	CommandsPerRun int `json:"commandsPerRun,omitempty"`
+	// RememberedUpdates is how many of its last answered execute and fork
+	// Updates the session remembers, by Update id, across continue-as-new,
+	// so that a repeat of one (an UpdateSession activity retried after its
+	// worker died) gets the recorded answer instead of running again. A
+	// repeat of an older Update runs its command again. Their output is
+	// kept up to 256 KiB in all, the oldest dropped first (Truncated).
+	// Zero means DefaultRememberedUpdates; at most MaxRememberedUpdates.
+	RememberedUpdates int `json:"rememberedUpdates,omitempty"`
 	// ActivityOptions overrides the documented defaults of the activities.
 	ActivityOptions *ActivityOverrides `json:"activityOptions,omitempty"`
 
@@ -123,7 +139,17 @@ func (r SessionRequest) Validate() error {
 	if r.CommandsPerRun < 0 {
 		return &sandbox.InvalidInputError{Field: "commandsPerRun", Reason: "must not be negative"}
 	}
+	if r.RememberedUpdates < 0 || r.RememberedUpdates > MaxRememberedUpdates {
+		return &sandbox.InvalidInputError{Field: "rememberedUpdates", Reason: fmt.Sprintf("must be 0 (the default, %d) to %d", DefaultRememberedUpdates, MaxRememberedUpdates)}
+	}
 	return nil
+}
+
+func (r SessionRequest) rememberedUpdates() int {
+	if r.RememberedUpdates == 0 {
+		return DefaultRememberedUpdates
+	}
+	return r.RememberedUpdates
 }
 
 func (r SessionRequest) idleTimeout() time.Duration {

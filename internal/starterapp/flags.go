@@ -108,18 +108,10 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	if o.workflowID == "" {
 		o.workflowID = newWorkflowID()
 	}
-	switch stdinPath {
-	case "":
-	case "-":
-		data, err := io.ReadAll(stdin)
+	if stdinPath != "" {
+		data, err := readStdin(stdinPath, stdin)
 		if err != nil {
-			return o, fmt.Errorf("read stdin: %v", err)
-		}
-		o.request.Command.Stdin = data
-	default:
-		data, err := os.ReadFile(stdinPath)
-		if err != nil {
-			return o, fmt.Errorf("--stdin: %v", err)
+			return o, err
 		}
 		o.request.Command.Stdin = data
 	}
@@ -228,4 +220,30 @@ func (kv *keyValues) Set(s string) error {
 	}
 	kv.m[k] = v
 	return nil
+}
+
+// readStdin reads the --stdin input, "-" being r, up to
+// sandbox.MaxStdinBytes: stdin travels in workflow history, so a larger
+// one is refused (sandbox.StdinTooLarge) without being read whole — a
+// file by its size, a pipe after the limit and one byte more.
+func readStdin(name string, r io.Reader) ([]byte, error) {
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--stdin: %v", err)
+		}
+		defer f.Close()
+		if info, err := f.Stat(); err == nil && info.Mode().IsRegular() && info.Size() > sandbox.MaxStdinBytes {
+			return nil, sandbox.StdinTooLarge(info.Size())
+		}
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, sandbox.MaxStdinBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read --stdin: %v", err)
+	}
+	if len(data) > sandbox.MaxStdinBytes {
+		return nil, sandbox.StdinTooLarge(-1)
+	}
+	return data, nil
 }

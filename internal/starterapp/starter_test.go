@@ -3,9 +3,11 @@ package starterapp
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +132,50 @@ func TestSessionUsageErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// endless is a reader of n bytes that never holds them: it counts what
+// was read.
+type endless struct{ n, read int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.read >= e.n {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), e.n-e.read)
+	e.read += k
+	return int(k), nil
+}
+
+// Stdin larger than sandbox.MaxStdinBytes is refused as SandboxInvalidInput
+// before anything starts, and without being read whole: a file by its
+// size, a pipe after the limit. (Reading it all first held 100 MB in
+// memory before Temporal refused it.)
+func TestParseArgsRefusesLargeStdinWithoutReadingIt(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "big")
+	f, err := os.Create(file)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(100<<20)) // sparse: 100 MB that cost no disk
+	require.NoError(t, f.Close())
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = parseArgs([]string{"--stdin", file, "--", "cat"}, nil)
+	runtime.ReadMemStats(&after)
+	var invalid *sandbox.InvalidInputError
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "stdin", invalid.Field)
+	assert.Contains(t, err.Error(), "104857600 bytes, more than its limit of 524288 bytes")
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "the file was not read")
+
+	pipe := &endless{n: 10 << 20}
+	_, err = parseArgs([]string{"--stdin", "-", "--", "cat"}, pipe)
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "stdin", invalid.Field)
+	assert.Equal(t, int64(sandbox.MaxStdinBytes+1), pipe.read, "read up to the limit and a byte")
+
+	o, err := parseArgs([]string{"--stdin", "-", "--", "cat"}, &endless{n: sandbox.MaxStdinBytes})
+	require.NoError(t, err)
+	assert.Len(t, o.request.Command.Stdin, sandbox.MaxStdinBytes, "the limit itself passes")
 }
