@@ -1,12 +1,9 @@
 package workflows
 
 import (
-	"errors"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -92,21 +89,6 @@ func route(ctx workflow.Context, name string, lease sandbox.Lease, opts workflow
 		opts.TaskQueue = PlacementTaskQueue(shared)
 	}
 	return opts
-}
-
-// executeActivity runs the activity name on lease where route puts it and
-// waits for its result in out. An activity that its lease's host did not
-// take in time fails with SandboxHostLost, non-retryable: the lease is
-// unusable (compensation gives it up without a DestroyLease that nobody
-// would take, and takes a fresh lease on another host).
-func executeActivity(ctx workflow.Context, opts workflow.ActivityOptions, lease sandbox.Lease, name string, in, out any) error {
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, route(ctx, name, lease, opts)), name, in).Get(ctx, out)
-	var timeout *temporal.TimeoutError
-	if lease.Host != "" && errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		lost := &sandbox.HostLostError{Host: lease.Host, LeaseID: lease.ID}
-		return activities.NewFailure(lost.Error(), sandbox.DetailsOf(lost), err)
-	}
-	return err
 }
 
 // checkLeaseHost rejects, on a fleet, an existing lease given without its
