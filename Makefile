@@ -47,7 +47,7 @@ bin/sandboxflow-init:
 
 ## unit: the core packages in under a minute: no root, no Temporal server, no sandbox server
 unit:
-	$(GO) test -count=1 ./sandbox/... ./createos/... ./activities/... ./workflows/... ./codec/... ./metrics/... ./faultproxy/... ./sandboxtest/... ./internal/... ./docs/
+	$(GO) test -count=1 ./sandbox/... ./createos/... ./activities/... ./workflows/... ./codec/... ./metrics/... ./faultproxy/... ./sandboxtest/... ./sandboxclient/... ./internal/... ./docs/
 
 ## test: vet and race-test the three modules (the library, the sandbox server, then the devserver module with the e2e tests and the reliability matrix), the fleet test, and the library's build for macOS and Windows
 test: test-root test-localsandbox test-devserver test-other-platforms

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/internal/sessionupdate"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -65,22 +66,22 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 			return out, activities.Failure(&sandbox.InvalidInputError{Field: "command", Reason: "execute needs a command"})
 		}
 		out.Result = &SessionResult{}
-		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateExecute, out.Result, *in.Command)
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateExecute, out.Result, *in.Command)
 	case UpdatePause, UpdateResume:
 		out.State = &SessionState{}
-		err = sendUpdate(ctx, c, in.SessionID, updateID, in.Update, out.State)
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, in.Update, out.State)
 	case UpdateSetEgress:
 		if in.Egress == nil {
 			return out, activities.Failure(&sandbox.InvalidInputError{Field: "egress", Reason: "set_egress needs its rules"})
 		}
 		out.State = &SessionState{}
-		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateSetEgress, out.State, *in.Egress)
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateSetEgress, out.State, *in.Egress)
 	case UpdateFork:
 		out.Fork = &SessionFork{}
-		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateFork, out.Fork)
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateFork, out.Fork)
 	case UpdateClose:
 		out.Summary = &SessionSummary{}
-		err = sendUpdate(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)
 	default:
 		return out, activities.Failure(&sandbox.InvalidInputError{Field: "update", Reason: fmt.Sprintf("unknown session update %q", in.Update)})
 	}

@@ -122,7 +122,7 @@
 // REQUEST_CANCEL, so a parent that ends without closing it still releases
 // the lease. Any workflow can use a running session by its id
 // (AttachSession): workflows send Updates through the UpdateSession
-// activity. Go code uses SessionClient (StartSession, AttachSessionClient).
+// activity. Go code uses sandboxclient.SessionClient (sandboxclient.StartSession, AttachSessionClient).
 //
 // # Fleets of sandbox hosts
 //
@@ -184,10 +184,11 @@
 //	                                session_answers.go, session_egress.go,
 //	                                session_fork.go, session_handle.go (Session),
 //	                                state.go, options.go, request.go, session_types.go,
-//	                                fleet.go (where every activity runs)
+//	                                fleet.go (where every activity runs),
+//	                                execute_activity.go (the one gateway to them),
+//	                                reaper.go, fleet_sweep.go (SweepHost)
 //	the UpdateSession activity      activity_updatesession.go
-//	Go client helpers               client.go (SessionClient, StartSession),
-//	                                fleet_sweep.go (SweepHost)
+//	Go client helpers               package sandboxclient (SessionClient, StartSession)
 //
 // # Changing the workflow
 //

@@ -27,7 +27,7 @@ const WorkflowName = "sandboxflow.RunCommand"
 //
 // It answers UpdateResult with the command's Result as soon as the
 // command has ended, while it goes on releasing the lease (see
-// CommandResult); it ends only once every such Update is answered.
+// sandboxclient.CommandResult); it ends only once every such Update is answered.
 func RunCommand(ctx workflow.Context, req Request) (Result, error) {
 	r := newRun(req, workflow.GetInfo(ctx).WorkflowExecution.RunID)
 	r.publisher.enabled = true

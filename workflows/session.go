@@ -41,7 +41,7 @@ import (
 // context, like UpdateClose. A terminated session cannot clean up: its
 // lease stays until the reaper (Reaper) destroys it.
 //
-// Use OpenSession and AttachSession from a workflow, and SessionClient from
+// Use OpenSession and AttachSession from a workflow, and sandboxclient.SessionClient from
 // ordinary Go code.
 func SessionWorkflow(ctx workflow.Context, req SessionRequest) (SessionSummary, error) {
 	if err := req.Validate(); err != nil {

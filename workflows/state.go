@@ -13,7 +13,7 @@ const StateQuery = "state"
 
 // UpdateResult is the Update that RunCommand answers with the command's
 // Result as soon as the command has ended, before the lease is released
-// (see CommandResult). It takes no argument; sent before the command has
+// (see sandboxclient.CommandResult). It takes no argument; sent before the command has
 // ended, it waits for it. A run that fails before the command ends
 // answers it with its failure.
 const UpdateResult = "result"

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -147,7 +148,7 @@ func costOfRuns(ctx context.Context, env *Env, runs int, start func(context.Cont
 // costOfSessionCommands runs runs commands in a session (after one of
 // warm-up) and counts what they cost.
 func costOfSessionCommands(ctx context.Context, env *Env, runs int) (cost, error) {
-	sess, err := workflows.StartSession(ctx, env.Client, env.startOptions("p0-session", env.TaskQueue), workflows.SessionRequest{})
+	sess, err := sandboxclient.StartSession(ctx, env.Client, env.startOptions("p0-session", env.TaskQueue), workflows.SessionRequest{})
 	if err != nil {
 		return cost{}, err
 	}

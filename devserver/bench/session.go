@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -25,7 +26,7 @@ import (
 // best ratio this machine allows the session command.
 func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
 	const warmup = 2
-	sess, err := workflows.StartSession(ctx, env.Client, env.startOptions("p5", env.TaskQueue), workflows.SessionRequest{})
+	sess, err := sandboxclient.StartSession(ctx, env.Client, env.startOptions("p5", env.TaskQueue), workflows.SessionRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("start a session: %w", err)
 	}
@@ -121,11 +122,11 @@ func SessionLatency(ctx context.Context, env *Env, runs int) ([]Row, error) {
 
 // openSessionRounds times, runs times each and interleaved, a session
 // opened and its first command (`true`) answered: by one update-with-start
-// (workflows.StartSessionWith), and by StartSession, then an execute
+// (sandboxclient.StartSessionWith), and by StartSession, then an execute
 // Update. Each round's sessions are closed after its timing.
 func openSessionRounds(ctx context.Context, env *Env, runs int) (withStart, startThen []time.Duration, err error) {
 	first := workflows.SessionCommand{Command: trueCommand}
-	var sessions []*workflows.SessionClient
+	var sessions []*sandboxclient.SessionClient
 	closeAll := func() {
 		for _, s := range sessions {
 			s.Close(context.WithoutCancel(ctx))
@@ -140,7 +141,7 @@ func openSessionRounds(ctx context.Context, env *Env, runs int) (withStart, star
 	}
 	for range runs {
 		w, err := timed(func() error {
-			s, pending, err := workflows.StartSessionWith(ctx, env.Client, opts(), workflows.SessionRequest{}, first)
+			s, pending, err := sandboxclient.StartSessionWith(ctx, env.Client, opts(), workflows.SessionRequest{}, first)
 			if err != nil {
 				return err
 			}
@@ -151,7 +152,7 @@ func openSessionRounds(ctx context.Context, env *Env, runs int) (withStart, star
 			return nil, nil, fmt.Errorf("update-with-start: %w", err)
 		}
 		t, err := timed(func() error {
-			s, err := workflows.StartSession(ctx, env.Client, opts(), workflows.SessionRequest{})
+			s, err := sandboxclient.StartSession(ctx, env.Client, opts(), workflows.SessionRequest{})
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -30,9 +31,9 @@ func Tuning(ctx context.Context, variants []Variant, runs int) ([]Row, error) {
 		cpu                time.Duration // RunCommands only
 	}
 	got := make([]samples, len(variants))
-	sessions := make([]*workflows.SessionClient, len(variants))
+	sessions := make([]*sandboxclient.SessionClient, len(variants))
 	for i, v := range variants {
-		s, err := workflows.StartSession(ctx, v.Env.Client, v.Env.startOptions("ab-"+v.Name, v.Env.TaskQueue), workflows.SessionRequest{})
+		s, err := sandboxclient.StartSession(ctx, v.Env.Client, v.Env.startOptions("ab-"+v.Name, v.Env.TaskQueue), workflows.SessionRequest{})
 		if err != nil {
 			return nil, fmt.Errorf("%s: start a session: %w", v.Name, err)
 		}

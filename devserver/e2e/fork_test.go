@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -33,7 +34,7 @@ func needForks(t *testing.T) {
 
 // run runs a shell script in a session and returns its result, which must
 // be a success.
-func run(t *testing.T, sess *workflows.SessionClient, script string) workflows.SessionResult {
+func run(t *testing.T, sess *sandboxclient.SessionClient, script string) workflows.SessionResult {
 	t.Helper()
 	res, err := sess.Execute(t.Context(), workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}})
 	require.NoError(t, err, script)
@@ -50,7 +51,7 @@ func TestSessionForkCopiesTheWorkspaceAndBothSessionsClose(t *testing.T) {
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	s := stackOf(t)
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
+	sess, err := sandboxclient.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
 	require.NoError(t, err)
 	first := run(t, sess, "echo original > f; echo machine > /etc/forked")
 
@@ -171,7 +172,7 @@ func TestSessionSetEgressChangesTheNextConnection(t *testing.T) {
 	port := hostHTTPServer(t)
 	ctx := t.Context()
 	allowed := fmt.Sprintf("10.0.2.2:%d", port)
-	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{Lease: sandbox.LeaseSpec{Egress: []string{allowed}}})
 	require.NoError(t, err)
 	fetch := workflows.SessionCommand{Command: sandbox.Command{Argv: fetchArgv(port)}}

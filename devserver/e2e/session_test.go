@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -126,7 +127,7 @@ func TestIdleSessionIsPausedAndTheNextCommandResumesIt(t *testing.T) {
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	s := stackOf(t)
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{IdleTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo kept > f"}}})
@@ -162,7 +163,7 @@ func TestSessionStartedWithItsFirstCommand(t *testing.T) {
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	s := stackOf(t)
 	ctx := t.Context()
-	sess, pending, err := workflows.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, pending, err := sandboxclient.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{}, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", "echo one > f; cat f"}}})
 	require.NoError(t, err)
 	first, err := pending.Get(ctx)
@@ -186,7 +187,7 @@ func TestSessionStartedWithItsFirstCommand(t *testing.T) {
 	}
 	assert.Equal(t, 1, tasks, "one workflow task before the first activity")
 
-	again, pending, err := workflows.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{ID: sess.ID(), TaskQueue: workflows.DefaultTaskQueue},
+	again, pending, err := sandboxclient.StartSessionWith(ctx, s.Client, client.StartWorkflowOptions{ID: sess.ID(), TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{}, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"cat", "f"}}})
 	require.NoError(t, err)
 	assert.Equal(t, sess.FirstRunID(), again.FirstRunID(), "the running session")
@@ -212,7 +213,7 @@ func TestAClosedSessionRefusesCommandsByName(t *testing.T) {
 	t.Cleanup(func() { assertNothingLeaked(t) })
 	s := stackOf(t)
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
+	sess, err := sandboxclient.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
 	require.NoError(t, err)
 	_, err = sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
 	require.NoError(t, err)
@@ -221,7 +222,7 @@ func TestAClosedSessionRefusesCommandsByName(t *testing.T) {
 
 	_, err = sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
 	requireSessionClosed(t, err)
-	_, err = workflows.AttachSessionClient(s.Client, "no-such-session").Pause(ctx)
+	_, err = sandboxclient.AttachSessionClient(s.Client, "no-such-session").Pause(ctx)
 	requireSessionClosed(t, err)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/faultproxy"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -122,7 +123,7 @@ func TestSequenceGoesBackwards(t *testing.T) {
 func TestSessionUpdateRepeatedAfterContinueAsNew(t *testing.T) {
 	e := start(t, options{})
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{CommandsPerRun: 1, ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 	marker := newMarker()

@@ -35,6 +35,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 	"github.com/sandboxflow/sandboxflow/localsandbox/localsandboxtest"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -367,7 +368,7 @@ func TestAFleetSpreadsRunsAndSurvivesTheLossOfAHost(t *testing.T) {
 
 	// 2. A host lost mid-run. The session's host is the one to die.
 	t.Log("2. a host lost mid-run")
-	sess, err := workflows.StartSession(t.Context(), f.stack.Client,
+	sess, err := sandboxclient.StartSession(t.Context(), f.stack.Client,
 		client.StartWorkflowOptions{ID: "fleet-session-" + rand.Text()[:8], TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{IdleTimeout: -1, ActivityOptions: fleetActivities(true)})
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -60,7 +61,7 @@ func TestReaperDestroysTheLeasesOfTerminatedRuns(t *testing.T) {
 	require.NoError(t, c.TerminateWorkflow(ctx, run.GetID(), "", "test: terminated"))
 
 	// A session with a lease, terminated.
-	sess, err := workflows.StartSession(ctx, c, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, c, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
@@ -71,7 +72,7 @@ func TestReaperDestroysTheLeasesOfTerminatedRuns(t *testing.T) {
 	openMarker := newMarker()
 	open := e.startRun(request(command(openMarker, heldScript)))
 	openLease := e.waitRunning(e.stack.Sandbox, openMarker).LeaseID
-	openSess, err := workflows.StartSession(ctx, c, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	openSess, err := sandboxclient.StartSession(ctx, c, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 	openSessLease, err := openSess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})

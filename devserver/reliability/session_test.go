@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -30,7 +31,7 @@ func TestSessionOf100CommandsReplacesOneLeaseAfterACleanupError(t *testing.T) {
 	e.proxy.AddRule(faultproxy.Rule{Name: "lost", Method: http.MethodPost, Path: processesPath, After: lost - 1, Times: 1, Fault: faultproxy.DropResponse()})
 
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{CommandsPerRun: perRun, ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 
@@ -100,7 +101,7 @@ func countRuns(t *testing.T, e *env, workflowID string) int {
 func TestCancelledSessionReleasesItsLease(t *testing.T) {
 	e := start(t, options{})
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 	first, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"true"}}})
@@ -135,7 +136,7 @@ func TestCancelledSessionReleasesItsLease(t *testing.T) {
 func TestSessionSurvivesATemporalRestart(t *testing.T) {
 	e := start(t, options{persistent: true})
 	ctx := t.Context()
-	sess, err := workflows.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
+	sess, err := sandboxclient.StartSession(ctx, e.stack.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue},
 		workflows.SessionRequest{ActivityOptions: fastActivities()})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -27,14 +28,14 @@ type jsonSessionResult struct {
 // the last one's). The session is closed at the end, and cancelled when
 // the starter is interrupted: either way its lease is destroyed. The first
 // command goes with the session's start, in one request
-// (workflows.StartSessionWith).
+// (sandboxclient.StartSessionWith).
 func runSession(ctx context.Context, c client.Client, dc converter.DataConverter, startOpts client.StartWorkflowOptions, opts options, stdio IO, started Started) int {
 	commands := opts.commands()
 	command := func(i int) workflows.SessionCommand {
 		return workflows.SessionCommand{Command: commands[i], SecretEnv: opts.request.SecretEnv}
 	}
 	startOpts.EnableEagerStart = false // not with update-with-start
-	sess, first, err := workflows.StartSessionWith(ctx, c, startOpts, workflows.SessionRequest{
+	sess, first, err := sandboxclient.StartSessionWith(ctx, c, startOpts, workflows.SessionRequest{
 		Lease:          opts.request.Lease,
 		MaxFreshLeases: opts.request.MaxFreshLeases,
 	}, command(0))
@@ -124,7 +125,7 @@ func printSessionResult(stdio IO, live *livePrinter, opts options, sessionID str
 }
 
 // cancelSession cancels an interrupted session, which destroys its lease.
-func cancelSession(c client.Client, sess *workflows.SessionClient, stdio IO) int {
+func cancelSession(c client.Client, sess *sandboxclient.SessionClient, stdio IO) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.CancelWorkflow(ctx, sess.ID(), ""); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -284,7 +285,7 @@ func wait(ctx context.Context, c client.Client, run client.WorkflowRun, stdio IO
 	results := make(chan workflows.Result, 1)
 	go func() {
 		// An error means no Result: the run's end says how it went.
-		if res, err := workflows.CommandResult(ctx, c, run.GetID(), run.GetRunID()); err == nil {
+		if res, err := sandboxclient.CommandResult(ctx, c, run.GetID(), run.GetRunID()); err == nil {
 			results <- res
 		}
 	}()

@@ -32,6 +32,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/faultproxy"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -41,11 +42,11 @@ type scenario struct {
 	request workflows.Request
 	rule    *faultproxy.Rule // a fault on the worker's way to the sandbox
 	cancel  bool             // cancel once the command runs
-	// askResult sends the result Update (workflows.CommandResult) as soon
+	// askResult sends the result Update (sandboxclient.CommandResult) as soon
 	// as the run has started.
 	askResult bool
 	// session, when set, records a SessionWorkflow instead, driven by it.
-	session func(context.Context, *workflows.SessionClient) error
+	session func(context.Context, *sandboxclient.SessionClient) error
 	// searchAttributes starts the run with RunCommand's search
 	// attributes, as the starter does: the run keeps them current.
 	searchAttributes bool
@@ -82,7 +83,7 @@ func scenarios() []scenario {
 	}
 }
 
-func driveTwoCommands(ctx context.Context, sess *workflows.SessionClient) error {
+func driveTwoCommands(ctx context.Context, sess *sandboxclient.SessionClient) error {
 	for _, script := range []string{"echo one > f", "cat f"} {
 		if _, err := sess.Execute(ctx, workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}); err != nil {
 			return err
@@ -92,7 +93,7 @@ func driveTwoCommands(ctx context.Context, sess *workflows.SessionClient) error 
 	return err
 }
 
-func driveSessionFork(ctx context.Context, sess *workflows.SessionClient) error {
+func driveSessionFork(ctx context.Context, sess *sandboxclient.SessionClient) error {
 	shell := func(script string) workflows.SessionCommand {
 		return workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}
 	}
@@ -119,7 +120,7 @@ func driveSessionFork(ctx context.Context, sess *workflows.SessionClient) error 
 	return err
 }
 
-func driveSession(ctx context.Context, sess *workflows.SessionClient) error {
+func driveSession(ctx context.Context, sess *sandboxclient.SessionClient) error {
 	shell := func(script string) workflows.SessionCommand {
 		return workflows.SessionCommand{Command: sandbox.Command{Argv: []string{"sh", "-c", script}}}
 	}
@@ -186,7 +187,7 @@ func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) er
 			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributePhase).ValueSet("scheduled"))
 	}
 	if sc.session != nil {
-		sess, err := workflows.StartSession(ctx, s.Client, opts, workflows.SessionRequest{})
+		sess, err := sandboxclient.StartSession(ctx, s.Client, opts, workflows.SessionRequest{})
 		if err != nil {
 			return err
 		}
@@ -200,7 +201,7 @@ func recordOne(ctx context.Context, s *stack.Stack, sc scenario, path string) er
 		return err
 	}
 	if sc.askResult {
-		_, _ = workflows.CommandResult(ctx, s.Client, run.GetID(), run.GetRunID()) // a failure is a scenario too
+		_, _ = sandboxclient.CommandResult(ctx, s.Client, run.GetID(), run.GetRunID()) // a failure is a scenario too
 	}
 	if sc.cancel {
 		if err := waitForAProcess(ctx, s); err != nil {
