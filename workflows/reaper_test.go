@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,8 +61,11 @@ func TestReaperDecides(t *testing.T) {
 		}
 		return out, nil
 	}, activity.RegisterOptions{Name: NameDescribeLeaseOwners})
+	var mu sync.Mutex // the reaper destroys leases in parallel
 	var destroyed []string
 	env.RegisterActivityWithOptions(func(_ context.Context, in activities.DestroyLeaseInput) error {
+		mu.Lock()
+		defer mu.Unlock()
 		destroyed = append(destroyed, in.LeaseID)
 		return nil
 	}, activity.RegisterOptions{Name: activities.NameDestroyLease})
