@@ -51,6 +51,8 @@
 //	                    the mounts of its root, the protocol with the server
 //	internal/confine    capabilities, no_new_privs, the seccomp filter
 //	internal/proctree   process trees of /proc: freeze, signal, find by mark
+//	internal/hostfs     the server's every file operation below a lease directory: by descriptor, never through a symlink
+//	internal/image      the leases' default image, built from Debian's packages by mmdebstrap, cached by recipe
 //
 // Where is
 //

@@ -16,7 +16,7 @@ import (
 func buildInitProgram(t *testing.T) string {
 	t.Helper()
 	prog := filepath.Join(t.TempDir(), leaseinit.Program)
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", prog, "github.com/sandboxflow/sandboxflow/cmd/"+leaseinit.Program)
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", prog, "github.com/sandboxflow/sandboxflow/localsandbox/cmd/"+leaseinit.Program)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

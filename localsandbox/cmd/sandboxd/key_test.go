@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestNoProcessShowsTheKey(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // written by exec's copying goroutine while the test reads it
 	cmd := exec.Command(filepath.Join(dir, "sandboxd"), "--api-key-file", keyFile, "--listen", addr,
 		"--root", filepath.Join(dir, "root"), "--egress", "any")
 	cmd.Stderr = &stderr
@@ -129,4 +130,23 @@ func TestNoProcessShowsTheKey(t *testing.T) {
 	if strings.Contains(stderr.String(), key) {
 		t.Error("the server's log shows the key")
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process's output goroutine may
+// write while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -51,6 +51,7 @@ func TestMachineFlags(t *testing.T) {
 		t.Errorf("options %+v", o)
 	}
 	// A rootfs directory that does not exist stops the server from starting.
+	t.Setenv("SANDBOXD_API_KEY", "k") // parseFlags unset it once read
 	err = run([]string{"--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0", "--rootfs-dir", filepath.Join(dir, "none")}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "rootfs directory") {
 		t.Errorf("a missing --rootfs-dir: %v", err)
