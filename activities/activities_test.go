@@ -63,17 +63,7 @@ func TestExecuteStartsAnewWhenTheEarlierAttemptEndedItsProcess(t *testing.T) {
 
 func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
 	env, provider := newEnv(t, nil)
-	var (
-		mu    sync.Mutex
-		beats []ExecuteProgress
-	)
-	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
-		var p ExecuteProgress
-		assert.NoError(t, details.Get(&p))
-		mu.Lock()
-		beats = append(beats, p)
-		mu.Unlock()
-	})
+	beatsSoFar := recordBeats(t, env)
 	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
 		DoAndReturn(func(_ context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
 			obs.Started(sandbox.Process{ID: "proc-1", Token: "t"})
@@ -84,8 +74,7 @@ func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
 
 	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"make"}}})
 	require.Error(t, err)
-	mu.Lock()
-	defer mu.Unlock()
+	beats := beatsSoFar()
 	require.GreaterOrEqual(t, len(beats), 2)
 	assert.Equal(t, ExecuteProgress{LeaseID: lease.ID, Process: sandbox.Process{ID: "proc-1", Token: "t"}}, beats[0], "the process is recorded as soon as it exists")
 	assert.Equal(t, ExecuteProgress{LeaseID: lease.ID, Process: sandbox.Process{ID: "proc-1", Token: "t"}, Cursor: 2, Bytes: 5, Ended: true,
@@ -657,4 +646,25 @@ func TestExecuteCountsBytesDurationAndFailures(t *testing.T) {
 	_, err := env.ExecuteActivity(NameExecute, ExecuteInput{Lease: lease, Command: sandbox.Command{Argv: []string{"x"}}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, rec.timer(metrics.CommandDuration))
+}
+
+// recordBeats records every heartbeat of env's activities and returns
+// what has been recorded so far, a copy safe to read while beats come in.
+func recordBeats(t *testing.T, env *testsuite.TestActivityEnvironment) func() []ExecuteProgress {
+	var (
+		mu    sync.Mutex
+		beats []ExecuteProgress
+	)
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var p ExecuteProgress
+		assert.NoError(t, details.Get(&p))
+		mu.Lock()
+		beats = append(beats, p)
+		mu.Unlock()
+	})
+	return func() []ExecuteProgress {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]ExecuteProgress(nil), beats...)
+	}
 }

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/mock/gomock"
@@ -36,17 +33,7 @@ func TestExecuteRefusesAndNeverPublishesAnUnrecordedProcess(t *testing.T) {
 	env := suite.NewTestActivityEnvironment()
 	provider := sandboxmock.NewMockProvider(gomock.NewController(t))
 	(&Activities{Provider: provider, HeartbeatInterval: time.Hour, Heartbeats: failingHeartbeats{}}).Register(env)
-	var (
-		mu    sync.Mutex
-		beats []ExecuteProgress
-	)
-	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
-		var p ExecuteProgress
-		assert.NoError(t, details.Get(&p))
-		mu.Lock()
-		beats = append(beats, p)
-		mu.Unlock()
-	})
+	beatsSoFar := recordBeats(t, env)
 	provider.EXPECT().Execute(gomock.Any(), lease, gomock.Any(), gomock.Any()).
 		DoAndReturn(func(_ context.Context, _ sandbox.Lease, _ sandbox.Command, obs sandbox.Observer) (sandbox.Result, error) {
 			err := obs.Started(sandbox.Process{ID: "proc-1", Token: "t"})
@@ -59,9 +46,7 @@ func TestExecuteRefusesAndNeverPublishesAnUnrecordedProcess(t *testing.T) {
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, TypeUnrecorded, appErr.Type())
 	assert.False(t, appErr.NonRetryable())
-	mu.Lock()
-	defer mu.Unlock()
-	for _, b := range beats {
+	for _, b := range beatsSoFar() {
 		assert.Empty(t, b.Process.ID, "a heartbeat named the unrecorded process: %+v", b)
 	}
 }
