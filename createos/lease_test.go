@@ -82,7 +82,6 @@ func TestCreateLeaseDestroysASandboxItCannotPrepare(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
-	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -105,7 +104,6 @@ func TestCreateLeaseCleanupUnconfirmed(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
-	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -232,7 +230,6 @@ func TestDestroyLease(t *testing.T) {
 		fail(w, http.StatusBadGateway)
 		return true
 	})
-	c.retryBase = time.Millisecond
 	err := c.DestroyLease(t.Context(), lease.ID)
 	var api *sandbox.APIError
 	require.ErrorAs(t, err, &api)
@@ -258,6 +255,13 @@ func TestListLeases(t *testing.T) {
 	require.Len(t, lists, 1)
 	assert.Equal(t, []string{"attempt=1", "workflow=wf-1"}, lists[0].Query["label"])
 	assert.Equal(t, "500", lists[0].Query.Get("limit"))
+
+	// The labels are the view's, not those asked for (the name carries
+	// only a hash of those).
+	leases, err = c.ListLeases(t.Context(), map[string]string{"workflow": "wf-1"})
+	require.NoError(t, err)
+	require.Len(t, leases, 1)
+	assert.Equal(t, map[string]string{"workflow": "wf-1", "attempt": "1"}, leases[0].Labels)
 }
 
 func TestListLeasesFiltersWhatTheServerIgnores(t *testing.T) {
