@@ -314,3 +314,37 @@ func TestPauseAndResumeLease(t *testing.T) {
 	var gone *sandbox.LeaseGoneError
 	require.ErrorAs(t, err, &gone)
 }
+
+// The same lease path on both servers: the client finds its leases by
+// their labels on sandboxd and by their names on the hosted service, and
+// reads the list whole or page by page.
+func TestLeasePathInEachDialect(t *testing.T) {
+	for name, dialect := range map[string]fakeDialect{"sandboxd": dialectSandboxd, "hosted": dialectHosted} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeServerIn(t, dialect)
+			others := []string{f.addSandbox("").id, f.addSandbox("").id, f.addSandbox("").id}
+			f.program = func(p *fakeProc) { p.write("stdout", "ok\n"); p.exit(0) }
+			c := newTestClient(t, f)
+			spec := runSpec("run-1", 0)
+
+			lease, err := c.CreateLease(t.Context(), spec)
+			require.NoError(t, err)
+			res, err := c.Execute(t.Context(), lease, sandbox.Command{Argv: []string{"true"}}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "ok\n", res.Stdout)
+			leases, err := c.ListLeases(t.Context(), map[string]string{"sandboxflow-run": "run-1"})
+			require.NoError(t, err)
+			require.Len(t, leases, 1)
+			assert.Equal(t, lease.ID, leases[0].ID)
+			if dialect.labels {
+				assert.Equal(t, spec.Labels, leases[0].Labels, "the view's labels")
+			} else {
+				assert.Equal(t, map[string]string{"sandboxflow-run": "run-1"}, leases[0].Labels, "those asked for, which the name carries")
+			}
+			require.NoError(t, c.DestroyLease(t.Context(), lease.ID))
+
+			assert.Equal(t, others, f.ids(), "nothing leaked; nobody else's was touched")
+			assert.Equal(t, 1, f.count("createProcess"), "the command ran once")
+		})
+	}
+}
