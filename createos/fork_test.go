@@ -2,10 +2,7 @@ package createos
 
 import (
 	"encoding/json"
-	"maps"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 
@@ -14,129 +11,6 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
-
-// --- the fakes' fork and egress routes
-
-// fork is sandboxd's fork: the source must be paused; the new sandbox
-// carries the request's labels, a copy of the source's files, and reads
-// forking once, then running.
-func (f *fakeServer) fork(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Egress []string          `json:"egress"`
-		Labels map[string]string `json:"labels"`
-	}
-	if r.ContentLength != 0 && json.NewDecoder(r.Body).Decode(&body) != nil {
-		fail(w, http.StatusBadRequest)
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	src := f.sandboxes[r.PathValue("sb")]
-	switch {
-	case src == nil:
-		fail(w, http.StatusNotFound)
-		return
-	case src.status != "paused":
-		fail(w, http.StatusConflict)
-		return
-	}
-	sb := f.addSandboxLocked("forking", body.Labels)
-	sb.forkedFrom, sb.files, sb.egress = src.id, maps.Clone(src.files), src.egress
-	if body.Egress != nil {
-		sb.egress = body.Egress
-	}
-	writeData(w, f.sandboxDataLocked(sb))
-}
-
-func (f *fakeServer) setEgress(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Egress *[]string `json:"egress"`
-	}
-	if json.NewDecoder(r.Body).Decode(&body) != nil || body.Egress == nil {
-		fail(w, http.StatusBadRequest)
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sb := f.sandboxes[r.PathValue("sb")]
-	if sb == nil {
-		fail(w, http.StatusNotFound)
-		return
-	}
-	sb.egress = *body.Egress
-	writeData(w, map[string]any{"id": sb.id, "egress": sb.egress})
-}
-
-// fork is the hosted service's: no labels; the answer is the new
-// sandbox's view (forking), and it runs at once.
-func (f *hostedFake) fork(w http.ResponseWriter, r *http.Request) {
-	src := f.sandbox(w, r)
-	if src == nil {
-		return
-	}
-	var body map[string]any
-	if r.ContentLength != 0 && json.NewDecoder(r.Body).Decode(&body) != nil {
-		hostedFail(w, http.StatusBadRequest, "INVALID_BODY")
-		return
-	}
-	f.mu.Lock()
-	if src.status != "paused" {
-		f.mu.Unlock()
-		hostedFail(w, http.StatusConflict, "INVALID_TRANSITION")
-		return
-	}
-	n := len(f.requestsLocked(http.MethodPost, "/sandboxes/"+src.id+"/fork"))
-	sb := f.newSandboxLocked("", body)
-	sb.forkedFrom, sb.status = src.id, "forking"
-	sb.files, sb.dirs = maps.Clone(src.files), maps.Clone(src.dirs)
-	answer := sb.view()
-	sb.status = "running"
-	answerFork := f.answerFork
-	f.mu.Unlock()
-	if answerFork != nil && answerFork(w, n) {
-		return
-	}
-	hostedData(w, answer)
-}
-
-func (f *hostedFake) setEgress(w http.ResponseWriter, r *http.Request) {
-	sb := f.sandbox(w, r)
-	if sb == nil {
-		return
-	}
-	var body struct {
-		Egress []string `json:"egress"`
-	}
-	if json.NewDecoder(r.Body).Decode(&body) != nil {
-		hostedFail(w, http.StatusBadRequest, "INVALID_BODY")
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sb.egress = body.Egress
-	hostedData(w, map[string]any{"id": sb.id, "egress": sb.egress})
-}
-
-// pausedSource puts a paused sandbox with a file in place.
-func (f *fakeServer) pausedSource(t *testing.T) sandbox.Lease {
-	t.Helper()
-	lease := f.newLease()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sb := f.sandboxes[lease.ID]
-	sb.status = "paused"
-	sb.files[DefaultWorkspace+"/f"] = []byte("original")
-	return lease
-}
-
-// pausedSource puts a paused sandbox of this client in place.
-func (f *hostedFake) pausedSource(name string) *hostedSandbox {
-	sb := f.addSandbox(name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sb.status = "paused"
-	return sb
-}
 
 var forkLabels = map[string]string{"sandboxflow-run": "fork-run-1", "sandboxflow-generation": "0"}
 
@@ -208,8 +82,7 @@ func TestForkLeaseLostAnswerIsFoundByItsLabels(t *testing.T) {
 	f := newFakeServer(t)
 	src := f.pausedSource(t)
 	f.on("fork", func(w http.ResponseWriter, r *http.Request, n int) bool {
-		f.mux.ServeHTTP(httptest.NewRecorder(), r) // the fork is made
-		loseAnswer(w)
+		f.serveAndLoseAnswer(w, r) // the fork is made
 		return true
 	})
 	c := newTestClient(t, f)
@@ -246,86 +119,60 @@ func TestForkLeaseThatFailsIsDestroyed(t *testing.T) {
 	assert.Equal(t, []string{src.ID}, f.ids(), "the failed fork is destroyed")
 }
 
-// ids returns the ids of the sandboxes, sorted.
-func (f *fakeServer) ids() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.sandboxes))
-}
-
-// sandboxOf returns a copy of a sandbox's state.
-func (f *fakeServer) sandboxOf(id string) fakeSandbox {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return *f.sandboxes[id]
-}
-
 // --- on the hosted service: no labels
 
 // The answer of a fork is lost on a server without labels: the fork is
 // the one new sandbox forked from the source, told from an older fork of
 // the same source by the list taken before the request.
 func TestHostedLostForkAnswerIsFoundAsTheNewFork(t *testing.T) {
-	f := newHostedFake(t)
-	src := f.pausedSource("source")
-	f.mu.Lock()
-	older := f.newSandboxLocked("", nil)
-	older.status, older.forkedFrom = "running", src.id
-	f.mu.Unlock()
+	f := newFakeServerIn(t, dialectHosted)
+	src := f.pausedSource(t)
+	f.addSandbox("").forkedFrom = src.ID // an older fork
 	f.addSandbox("someone-else")
-	f.answerFork = func(w http.ResponseWriter, n int) bool {
-		loseAnswer(w)
+	f.on("fork", func(w http.ResponseWriter, r *http.Request, n int) bool {
+		f.serveAndLoseAnswer(w, r)
 		return true
-	}
-	c := newHostedClient(t, f)
+	})
+	c := newTestClient(t, f)
 
-	lease, err := c.ForkLease(t.Context(), src.id, sandbox.ForkSpec{Labels: forkLabels})
+	lease, err := c.ForkLease(t.Context(), src.ID, sandbox.ForkSpec{Labels: forkLabels})
 
 	require.NoError(t, err)
 	assert.Equal(t, "sb_4", lease.ID, "the new fork, not the older one")
 	assert.Equal(t, sandbox.StatusRunning, lease.Status)
-	assert.Len(t, f.requests(http.MethodPost, "/sandboxes/"+src.id+"/fork"), 1)
-	assert.Len(t, f.alive(), 4, "no second fork")
+	assert.Len(t, f.requests("fork"), 1)
+	assert.Len(t, f.ids(), 4, "no second fork")
 }
 
 // The answer is lost and no fork can be found: one may still appear, so
 // the failure is a cleanup error, not retryable, and nothing is sent again.
 func TestHostedUnconfirmedForkIsACleanupError(t *testing.T) {
-	for name, lose := range map[string]func(f *hostedFake, w http.ResponseWriter){
-		// The server made it but it is not listed yet (still in flight).
-		"not listed yet": func(f *hostedFake, w http.ResponseWriter) {
-			f.mu.Lock()
-			f.sandboxes = f.sandboxes[:len(f.sandboxes)-1]
-			f.mu.Unlock()
-			loseAnswer(w)
-		},
-		"500": func(f *hostedFake, w http.ResponseWriter) {
-			f.mu.Lock()
-			f.sandboxes = f.sandboxes[:len(f.sandboxes)-1]
-			f.mu.Unlock()
-			hostedFail(w, http.StatusInternalServerError, "")
-		},
+	for name, lose := range map[string]func(f *fakeServer, w http.ResponseWriter){
+		// The server may have made it, but it is not listed (yet: still in
+		// flight).
+		"not listed yet": func(f *fakeServer, w http.ResponseWriter) { loseAnswer(w) },
+		"500":            func(f *fakeServer, w http.ResponseWriter) { f.refuse(w, http.StatusInternalServerError, "") },
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newHostedFake(t)
-			src := f.pausedSource("source")
-			f.answerFork = func(w http.ResponseWriter, n int) bool {
+			f := newFakeServerIn(t, dialectHosted)
+			src := f.pausedSource(t)
+			f.on("fork", func(w http.ResponseWriter, r *http.Request, n int) bool {
 				lose(f, w)
 				return true
-			}
-			c := newHostedClient(t, f)
+			})
+			c := newTestClient(t, f)
 
-			_, err := c.ForkLease(t.Context(), src.id, sandbox.ForkSpec{})
+			_, err := c.ForkLease(t.Context(), src.ID, sandbox.ForkSpec{})
 
 			var cleanup *sandbox.CleanupError
 			require.ErrorAs(t, err, &cleanup)
 			assert.Equal(t, sandbox.ForkUnconfirmed, cleanup.Reason)
-			assert.Equal(t, src.id, cleanup.LeaseID, "it names the source")
+			assert.Equal(t, src.ID, cleanup.LeaseID, "it names the source")
 			assert.True(t, sandbox.IsCleanupError(err))
 			assert.False(t, sandbox.Retryable(err))
 			assert.Contains(t, err.Error(), "the fork could not be confirmed")
 			assert.NotContains(t, err.Error(), bodySecret)
-			assert.Len(t, f.requests(http.MethodPost, "/sandboxes/"+src.id+"/fork"), 1)
+			assert.Len(t, f.requests("fork"), 1)
 		})
 	}
 }
@@ -335,26 +182,23 @@ func TestHostedUnconfirmedForkIsACleanupError(t *testing.T) {
 // repeated, then retryable).
 func TestHostedForkRefusalsAreNotCleanupErrors(t *testing.T) {
 	for status, retryable := range map[int]bool{http.StatusConflict: false, http.StatusServiceUnavailable: true} {
-		f := newHostedFake(t)
-		src := f.pausedSource("source")
-		f.answerFork = func(w http.ResponseWriter, n int) bool {
-			f.mu.Lock()
-			f.sandboxes = f.sandboxes[:len(f.sandboxes)-1]
-			f.mu.Unlock()
+		f := newFakeServerIn(t, dialectHosted)
+		src := f.pausedSource(t)
+		f.on("fork", func(w http.ResponseWriter, r *http.Request, n int) bool {
 			w.Header().Set("Retry-After", "0")
-			hostedFail(w, status, "NO")
+			f.refuse(w, status, "NO")
 			return true
-		}
-		c := newHostedClient(t, f)
+		})
+		c := newTestClient(t, f)
 
-		_, err := c.ForkLease(t.Context(), src.id, sandbox.ForkSpec{})
+		_, err := c.ForkLease(t.Context(), src.ID, sandbox.ForkSpec{})
 
 		var api *sandbox.APIError
 		require.ErrorAs(t, err, &api, "%d", status)
 		assert.Equal(t, status, api.Status)
 		assert.False(t, sandbox.IsCleanupError(err))
 		assert.Equal(t, retryable, sandbox.Retryable(err), "%d", status)
-		assert.Len(t, f.requests(http.MethodGet, "/sandboxes"), 1, "%d: the list before the fork, and no lookup after", status)
+		assert.Len(t, f.requests("listSandboxes"), 1, "%d: the list before the fork, and no lookup after", status)
 	}
 }
 
@@ -386,15 +230,13 @@ func TestSetEgress(t *testing.T) {
 }
 
 func TestHostedSetEgress(t *testing.T) {
-	f := newHostedFake(t)
+	f := newFakeServerIn(t, dialectHosted)
 	sb := f.addSandbox("")
-	c := newHostedClient(t, f)
+	c := newTestClient(t, f)
 
 	require.NoError(t, c.SetEgress(t.Context(), sb.id, []string{"api.example.com:443"}))
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	assert.Equal(t, []string{"api.example.com:443"}, sb.egress)
+	assert.Equal(t, []string{"api.example.com:443"}, f.sandboxOf(sb.id).egress)
 }
 
 // --- ingress at create

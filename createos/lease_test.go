@@ -82,7 +82,6 @@ func TestCreateLeaseDestroysASandboxItCannotPrepare(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
-	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -105,7 +104,6 @@ func TestCreateLeaseCleanupUnconfirmed(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
-	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -232,7 +230,6 @@ func TestDestroyLease(t *testing.T) {
 		fail(w, http.StatusBadGateway)
 		return true
 	})
-	c.retryBase = time.Millisecond
 	err := c.DestroyLease(t.Context(), lease.ID)
 	var api *sandbox.APIError
 	require.ErrorAs(t, err, &api)
@@ -258,6 +255,13 @@ func TestListLeases(t *testing.T) {
 	require.Len(t, lists, 1)
 	assert.Equal(t, []string{"attempt=1", "workflow=wf-1"}, lists[0].Query["label"])
 	assert.Equal(t, "500", lists[0].Query.Get("limit"))
+
+	// The labels are the view's, not those asked for (the name carries
+	// only a hash of those).
+	leases, err = c.ListLeases(t.Context(), map[string]string{"workflow": "wf-1"})
+	require.NoError(t, err)
+	require.Len(t, leases, 1)
+	assert.Equal(t, map[string]string{"workflow": "wf-1", "attempt": "1"}, leases[0].Labels)
 }
 
 func TestListLeasesFiltersWhatTheServerIgnores(t *testing.T) {
@@ -309,4 +313,38 @@ func TestPauseAndResumeLease(t *testing.T) {
 	err = c.PauseLease(t.Context(), "sb-404")
 	var gone *sandbox.LeaseGoneError
 	require.ErrorAs(t, err, &gone)
+}
+
+// The same lease path on both servers: the client finds its leases by
+// their labels on sandboxd and by their names on the hosted service, and
+// reads the list whole or page by page.
+func TestLeasePathInEachDialect(t *testing.T) {
+	for name, dialect := range map[string]fakeDialect{"sandboxd": dialectSandboxd, "hosted": dialectHosted} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeServerIn(t, dialect)
+			others := []string{f.addSandbox("").id, f.addSandbox("").id, f.addSandbox("").id}
+			f.program = func(p *fakeProc) { p.write("stdout", "ok\n"); p.exit(0) }
+			c := newTestClient(t, f)
+			spec := runSpec("run-1", 0)
+
+			lease, err := c.CreateLease(t.Context(), spec)
+			require.NoError(t, err)
+			res, err := c.Execute(t.Context(), lease, sandbox.Command{Argv: []string{"true"}}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "ok\n", res.Stdout)
+			leases, err := c.ListLeases(t.Context(), map[string]string{"sandboxflow-run": "run-1"})
+			require.NoError(t, err)
+			require.Len(t, leases, 1)
+			assert.Equal(t, lease.ID, leases[0].ID)
+			if dialect.labels {
+				assert.Equal(t, spec.Labels, leases[0].Labels, "the view's labels")
+			} else {
+				assert.Equal(t, map[string]string{"sandboxflow-run": "run-1"}, leases[0].Labels, "those asked for, which the name carries")
+			}
+			require.NoError(t, c.DestroyLease(t.Context(), lease.ID))
+
+			assert.Equal(t, others, f.ids(), "nothing leaked; nobody else's was touched")
+			assert.Equal(t, 1, f.count("createProcess"), "the command ran once")
+		})
+	}
 }

@@ -161,7 +161,6 @@ func TestPaymentRequired(t *testing.T) {
 		return true
 	})
 	c := newTestClient(t, f)
-	c.retryBase = time.Millisecond
 
 	_, err := c.CreateLease(t.Context(), sandbox.LeaseSpec{})
 
@@ -208,7 +207,6 @@ func TestRetryRules(t *testing.T) {
 		f := newFakeServer(t)
 		f.on(tc.route, func(w http.ResponseWriter, r *http.Request, n int) bool { tc.answer(w); return true })
 		c := newTestClient(t, f)
-		c.retryBase = time.Millisecond
 		lease := f.newLease()
 
 		var err error
