@@ -140,6 +140,7 @@ func newFlagSet(o *options, env, secretEnv *keyValues, stdinPath, script *string
 	fs.StringVar(stdinPath, "stdin", "", "`FILE` to use as standard input, or - for this program's")
 	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
+	fs.StringVar(&o.request.Lease.Rootfs, "rootfs", "", "the lease's root filesystem: an image or template `NAME` the sandbox server lists in GET /v1/rootfs (default: the server's default image)")
 	fs.Func("egress", "let the lease reach `RULE`: * (everything), host, host:port, IP or CIDR[:port] (repeatable; the sandbox server's policy caps it)", func(rule string) error {
 		o.request.Lease.Egress = append(o.request.Lease.Egress, rule)
 		return nil

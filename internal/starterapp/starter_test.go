@@ -25,7 +25,7 @@ func TestParseArgsBuildsTheRequest(t *testing.T) {
 	require.NoError(t, os.WriteFile(stdinFile, []byte("input"), 0o600))
 	o, err := parseArgs([]string{
 		"--cwd", "src", "--env", "A=1", "--env", "B=x=y", "--secret-env", "TOKEN=deploy",
-		"--stdin", stdinFile, "--timeout", "90s", "--shape", "s-1vcpu-1gb",
+		"--stdin", stdinFile, "--timeout", "90s", "--shape", "s-1vcpu-1gb", "--rootfs", "devbox:1",
 		"--workflow-id", "wf-1", "--task-queue", "q", "--keep-lease", "--json", "--wait-release",
 		"--", "make", "-j2", "--", "test",
 	}, nil)
@@ -36,6 +36,7 @@ func TestParseArgsBuildsTheRequest(t *testing.T) {
 	}, o.request.Command)
 	assert.Equal(t, map[string]string{"TOKEN": "deploy"}, o.request.SecretEnv)
 	assert.Equal(t, "s-1vcpu-1gb", o.request.Lease.Shape)
+	assert.Equal(t, "devbox:1", o.request.Lease.Rootfs)
 	assert.True(t, o.request.KeepLease)
 	assert.Equal(t, "wf-1", o.workflowID)
 	assert.Equal(t, "q", o.taskQueue)
