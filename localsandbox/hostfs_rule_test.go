@@ -32,6 +32,7 @@ func TestHostFileOperationsGoThroughHostfs(t *testing.T) {
 		"lease.go:newLeaseDirs":                   "the lease directory itself, in <root>/leases, before anything of the lease exists",
 		"internal/machine/disk.go:NewDisk":        "<root>/disks and the disk image: the server's only",
 		"internal/machine/disk.go:create":         "the disk image, in <root>/disks",
+		"internal/machine/disk.go:formattedImage": "the formatted image a create copies, in <root>/disks",
 		"internal/machine/disk.go:openLoop":       "a loop device node in <root>/disks",
 		"internal/machine/disk.go:Remove":         "the disk image, in <root>/disks",
 		"internal/machine/disk.go:SweepDisks":     "<root>/disks",

@@ -41,7 +41,7 @@
 //   - Pause: freezer.go, Cgroup.Freeze and Thaw (cgroup.freeze or
 //     freezer.state), bounded by freezeTimeout and undone when the freeze
 //     does not settle.
-//   - The disk: disk.go, NewDisk — a sparse image, mkfs.ext4, a loop
+//   - The disk: disk.go, NewDisk — a sparse image, a copy of one mkfs.ext4 per size, a loop
 //     device that clears itself, mounted on the lease directory: past
 //     disk_mib a write fails with ENOSPC. CheckRoom and DiskBudget keep the
 //     disks together from filling the host.
