@@ -95,14 +95,19 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 // forkSpec checks a fork's request and returns what to create: the
 // source's, but for what the request sets.
 func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
-	if len(req.SSHPubkeys) > 0 {
-		return leaseSpec{}, unsupported("ssh_pubkeys", "it has no SSH gateway")
-	}
 	labels, err := checkLabels(req.Labels)
 	if err != nil {
 		return leaseSpec{}, err
 	}
-	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, net: src.netSpec, forkedFrom: src.id}
+	src.mu.Lock()
+	keys := src.sshPubkeys
+	src.mu.Unlock()
+	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id}
+	if req.SSHPubkeys != nil {
+		if spec.sshPubkeys, err = mergeSSHPubkeys(nil, req.SSHPubkeys); err != nil {
+			return leaseSpec{}, err
+		}
+	}
 	if n := src.network(); n != nil {
 		egress, ingress, _ := n.State()
 		spec.net = netSpec{egress: egress, ingress: ingress}

@@ -126,7 +126,7 @@ func TestAutoPausePausesAnIdleSandbox(t *testing.T) {
 }
 
 // The official fork body: envs replace the source's, start_paused leaves
-// the fork paused, bandwidth_quota_bytes is tolerated, ssh_pubkeys refused.
+// the fork paused, bandwidth_quota_bytes is tolerated, a bad SSH key refused.
 func TestForkTakesTheOfficialBody(t *testing.T) {
 	ts := startServer(t, Options{})
 	var src officialView
@@ -135,7 +135,7 @@ func TestForkTakesTheOfficialBody(t *testing.T) {
 	ts.mustCall("POST", "/sandboxes/"+src.ID+"/pause", nil, nil)
 	waitStatus(t, ts, src.ID, "paused")
 	if status := ts.call("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"ssh_pubkeys": []string{"ssh-ed25519 AAAA"}}, nil); status != http.StatusBadRequest {
-		t.Errorf("fork with ssh_pubkeys: %d, want 400", status)
+		t.Errorf("fork with a bad SSH key: %d, want 400", status)
 	}
 	var plain, paused officialView
 	ts.mustCall("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"bandwidth_quota_bytes": 0}, &plain)
