@@ -36,14 +36,17 @@ type sandboxView struct {
 	Rootfs        string    `json:"rootfs,omitempty"`
 	Region        string    `json:"region,omitempty"`
 	// Egress is the egress in force, explicitly: ["*"] all, [] none.
-	Egress                *[]string `json:"egress,omitempty"`
-	Envs                  []string  `json:"envs,omitempty"` // names only
-	SSHPubkeys            []string  `json:"ssh_pubkeys,omitempty"`
-	IngressEnabled        bool      `json:"ingress_enabled"`
-	IngressURLTemplate    string    `json:"ingress_url_template,omitempty"`
-	ForkedFrom            string    `json:"forked_from,omitempty"`
-	AutoPause             int       `json:"auto_pause_after_seconds,omitempty"`
-	BandwidthIngressBytes int64     `json:"bandwidth_ingress_bytes,omitempty"`
+	Egress             *[]string `json:"egress,omitempty"`
+	Envs               []string  `json:"envs,omitempty"` // names only
+	SSHPubkeys         []string  `json:"ssh_pubkeys,omitempty"`
+	IngressEnabled     bool      `json:"ingress_enabled"`
+	IngressURLTemplate string    `json:"ingress_url_template,omitempty"`
+	ForkedFrom         string    `json:"forked_from,omitempty"`
+	// ProcessesCarried [ext], on a fork only: false, its processes were
+	// not carried over from the source (fork.go); its files were.
+	ProcessesCarried      *bool `json:"processes_carried,omitempty"`
+	AutoPause             int   `json:"auto_pause_after_seconds,omitempty"`
+	BandwidthIngressBytes int64 `json:"bandwidth_ingress_bytes,omitempty"`
 	// BandwidthQuotaBytes is in the create answer only: -1, unmetered.
 	BandwidthQuotaBytes *int64 `json:"bandwidth_quota_bytes,omitempty"`
 
@@ -91,6 +94,9 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 		Labels:        l.labels,
 		Workspace:     l.workspace,
 		Isolation:     l.isolation,
+	}
+	if l.forkedFrom != "" {
+		v.ProcessesCarried = new(false)
 	}
 	s.addNetworkView(l, &v)
 	v.BandwidthIngressBytes = v.Network.BytesIn
