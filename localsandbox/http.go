@@ -108,10 +108,11 @@ func notFound(what string) *apiError { return &apiError{http.StatusNotFound, wha
 
 func conflict(msg string) *apiError { return &apiError{http.StatusConflict, msg} }
 
-// unsupported is the 400 of a field of the official API that this server
-// does not serve: answered, never silently dropped.
-func unsupported(field, why string) *codedError {
-	return withCode("UNSUPPORTED", badRequest("%s is not supported by this server: %s", field, why))
+// unsupported is the 400 of a field or route of the official API that
+// this server does not serve: answered, never silently dropped. Both
+// arguments are the server's own words, never cut short.
+func unsupported(what, why string) *codedError {
+	return withCode("UNSUPPORTED", &apiError{http.StatusBadRequest, what + " is not supported by this server: " + why})
 }
 
 // handlerFunc is an endpoint: it writes a success itself, or returns an

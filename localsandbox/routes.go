@@ -107,8 +107,7 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 		if rt, ok := declinedRoute(r.Method, r.URL.EscapedPath()); ok {
-			// The server's own words: not clipped as badRequest clips what a request said.
-			return withCode("UNSUPPORTED", &apiError{http.StatusBadRequest, rt.method + " " + rt.path + " is not supported by this server: " + rt.declined})
+			return unsupported(rt.method+" "+rt.path, rt.declined)
 		}
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
