@@ -216,10 +216,9 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// 200 after the process exited and on a repeat, as the Go and Python
+	// examples expect: they close stdin of a process that may be done.
 	if err := p.closeStdin(); err != nil {
-		if errors.Is(err, errStdinClosed) {
-			return conflict("stdin is already closed")
-		}
 		return err
 	}
 	return writeData(w, okAnswer)

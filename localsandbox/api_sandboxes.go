@@ -16,49 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// routes maps the API's endpoints (PROTOCOL.md; docs/CREATEOS-API.md §3).
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	for pattern, h := range map[string]handlerFunc{
-		"GET /healthz":                                        s.healthz,
-		"GET /readyz":                                         s.readyz,
-		"GET /v1/shapes":                                      s.getShapes,
-		"GET /v1/rootfs":                                      s.getRootfs,
-		"GET /v1/whoami":                                      s.whoami,
-		"POST /v1/sandboxes":                                  s.createSandbox,
-		"GET /v1/sandboxes":                                   s.listSandboxes,
-		"GET /v1/sandboxes/{id}":                              s.getSandbox,
-		"PATCH /v1/sandboxes/{id}":                            s.patchSandbox,
-		"DELETE /v1/sandboxes/{id}":                           s.deleteSandbox,
-		"POST /v1/sandboxes/{id}/pause":                       s.pauseSandbox,
-		"POST /v1/sandboxes/{id}/resume":                      s.resumeSandbox,
-		"POST /v1/sandboxes/{id}/fork":                        s.forkSandbox,
-		"PUT /v1/sandboxes/{id}/files":                        s.putFile,
-		"GET /v1/sandboxes/{id}/files":                        s.getFile,
-		"POST /v1/sandboxes/{id}/exec":                        s.exec,
-		"POST /v1/sandboxes/{id}/processes":                   s.createProcess,
-		"GET /v1/sandboxes/{id}/processes":                    s.listProcesses,
-		"GET /v1/sandboxes/{id}/processes/{pid}":              s.getProcess,
-		"DELETE /v1/sandboxes/{id}/processes/{pid}":           s.deleteProcess,
-		"POST /v1/sandboxes/{id}/processes/{pid}/stdin/close": s.closeStdin,
-		"POST /v1/sandboxes/{id}/processes/{pid}/input":       s.input,
-		"POST /v1/sandboxes/{id}/processes/{pid}/signal":      s.signal,
-		"POST /v1/sandboxes/{id}/processes/{pid}/resize":      s.resize,
-		"GET /v1/sandboxes/{id}/processes/{pid}/connect":      s.connect,
-		"GET /v1/sandboxes/{id}/processes/{pid}/wait":         s.wait,
-		"GET /v1/sandboxes/{id}/egress":                       s.getEgress,
-		"PUT /v1/sandboxes/{id}/egress":                       s.putEgress,
-		"GET /v1/sandboxes/{id}/bandwidth":                    s.getBandwidth,
-		"POST /v1/sandboxes/{id}/bandwidth/recharge":          s.rechargeBandwidth,
-	} {
-		mux.Handle(pattern, s.endpoint(h))
-	}
-	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
-		return &apiError{http.StatusNotFound, "no such endpoint"}
-	}))
-	return s.withRecover(s.withIngress(withRequestID(s.withAuth(s.withOpen(mux)))))
-}
-
 // sandboxView is a sandbox as the API shows it: the official SandboxView
 // (docs/CREATEOS-API.md §3.2), then the project's extensions.
 type sandboxView struct {
@@ -79,13 +36,17 @@ type sandboxView struct {
 	Rootfs        string    `json:"rootfs,omitempty"`
 	Region        string    `json:"region,omitempty"`
 	// Egress is the egress in force, explicitly: ["*"] all, [] none.
-	Egress                *[]string `json:"egress,omitempty"`
-	Envs                  []string  `json:"envs,omitempty"` // names only
-	IngressEnabled        bool      `json:"ingress_enabled"`
-	IngressURLTemplate    string    `json:"ingress_url_template,omitempty"`
-	ForkedFrom            string    `json:"forked_from,omitempty"`
-	AutoPause             int       `json:"auto_pause_after_seconds,omitempty"`
-	BandwidthIngressBytes int64     `json:"bandwidth_ingress_bytes,omitempty"`
+	Egress             *[]string `json:"egress,omitempty"`
+	Envs               []string  `json:"envs,omitempty"` // names only
+	SSHPubkeys         []string  `json:"ssh_pubkeys,omitempty"`
+	IngressEnabled     bool      `json:"ingress_enabled"`
+	IngressURLTemplate string    `json:"ingress_url_template,omitempty"`
+	ForkedFrom         string    `json:"forked_from,omitempty"`
+	// ProcessesCarried [ext], on a fork only: false, its processes were
+	// not carried over from the source (fork.go); its files were.
+	ProcessesCarried      *bool `json:"processes_carried,omitempty"`
+	AutoPause             int   `json:"auto_pause_after_seconds,omitempty"`
+	BandwidthIngressBytes int64 `json:"bandwidth_ingress_bytes,omitempty"`
 	// BandwidthQuotaBytes is in the create answer only: -1, unmetered.
 	BandwidthQuotaBytes *int64 `json:"bandwidth_quota_bytes,omitempty"`
 
@@ -109,6 +70,7 @@ func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 func (s *Server) view(l *lease, withLimits bool) sandboxView {
 	l.mu.Lock()
 	status, runningAt, pausedAt, resumedAt, spawnTime := l.state, l.runningAt, l.pausedAt, l.resumedAt, l.spawnTime
+	keys := slices.Clone(l.sshPubkeys)
 	l.mu.Unlock()
 	v := sandboxView{
 		ID:            l.id,
@@ -126,11 +88,15 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 		Rootfs:        l.rootfs,
 		Region:        serverRegion,
 		Envs:          slices.Sorted(maps.Keys(l.envs)),
+		SSHPubkeys:    keys,
 		ForkedFrom:    l.forkedFrom,
 		AutoPause:     int(l.autoPause() / s.opts.autoPauseUnit),
 		Labels:        l.labels,
 		Workspace:     l.workspace,
 		Isolation:     l.isolation,
+	}
+	if l.forkedFrom != "" {
+		v.ProcessesCarried = new(false)
 	}
 	s.addNetworkView(l, &v)
 	v.BandwidthIngressBytes = v.Network.BytesIn
@@ -277,7 +243,6 @@ func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
 		set        bool
 		field, why string
 	}{
-		{len(req.SSHPubkeys) > 0, "ssh_pubkeys", "it has no SSH gateway"},
 		{len(req.Networks) > 0, "networks", "it has no overlay networks"},
 		{len(req.Disks) > 0, "disks", "it has no S3 disks"},
 		{len(req.NodeSelector) > 0, "node_selector", "it is one host"},
@@ -299,11 +264,15 @@ func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
 	if err := checkEnv("envs", req.Envs); err != nil {
 		return leaseSpec{}, err
 	}
+	keys, err := mergeSSHPubkeys(nil, req.SSHPubkeys)
+	if err != nil {
+		return leaseSpec{}, err
+	}
 	sh, ok := lookupShape(req.Shape)
 	if !ok {
 		return leaseSpec{}, badRequest("unknown shape (GET /v1/shapes lists them)")
 	}
-	spec := leaseSpec{shape: sh, name: req.Name, envs: req.Envs, disk: int64(s.opts.DefaultDiskMiB) * mib}
+	spec := leaseSpec{shape: sh, name: req.Name, envs: req.Envs, sshPubkeys: keys, disk: int64(s.opts.DefaultDiskMiB) * mib}
 	if req.DiskMiB != 0 {
 		if req.DiskMiB < minDiskMiB || req.DiskMiB > maxDiskMiB {
 			return leaseSpec{}, badRequest("disk_mib must be between %d and %d", minDiskMiB, maxDiskMiB)
@@ -317,7 +286,6 @@ func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
 		}
 		spec.autoPause = after
 	}
-	var err error
 	if spec.net, err = s.netSpec(context.Background(), req.Egress, req.IngressEnabled); err != nil {
 		return leaseSpec{}, err
 	}

@@ -32,7 +32,8 @@
 //
 // # Where things are
 //
-// This package is the server: the HTTP API (http.go for envelopes and
+// This package is the server: the HTTP API (routes.go for the one table
+// of routes served and declined, http.go for envelopes and
 // authentication, listener.go for the connection caps, the api_*.go files,
 // files.go, ingress.go for preview requests), the lease registry and a
 // lease's states (server.go, lease.go, autopause.go, fork.go), managed

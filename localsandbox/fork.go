@@ -18,12 +18,14 @@ import (
 // wrote over its lower layer), /workspace and /tmp, with their owners,
 // modes, extended attributes and the overlay's whiteouts. The new sandbox
 // has the source's shape, rootfs, disk size and auto-pause, and the
-// source's egress, ingress and envs unless the request sets them; the
-// labels of the request (none by default: the source's labels name the
-// source); a name of its own. It is "forking" while the copy runs, then
-// "running" ("paused" with start_paused; "error" if it failed). Processes
-// are not carried over: the fork boots a fresh lease init over the copied
-// files, as a machine booted from a disk snapshot would. The source stays
+// source's egress, ingress, envs and SSH keys unless the request sets
+// them; the labels of the request (none by default: the source's labels
+// name the source); a name of its own. It is "forking" while the copy
+// runs, then "running" ("error" if it failed); with start_paused the
+// request is answered once the copy is done, "paused" (or "error").
+// Processes are not carried over: the fork boots a fresh lease init over
+// the copied files, as a machine booted from a disk snapshot would, and
+// its view says so ([ext] "processes_carried": false). The source stays
 // paused, and cannot be resumed until the copy is done.
 
 // forkRequest is the body of POST /fork (docs/CREATEOS-API.md §3.3); an omitted
@@ -65,7 +67,9 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	l.setAutoPause(src.autoPause())
 	s.log.Info("sandbox forking", "sandbox", l.id, "from", src.id)
+	forked := make(chan struct{})
 	s.workers.Go(func() {
+		defer close(forked)
 		began := time.Now()
 		err := machine.CopyFiles(src.dir, l.dir, src.owner(), l.owner())
 		src.endFork()
@@ -89,20 +93,31 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 			l.pause()
 		}
 	})
+	if req.StartPaused {
+		// A fork asked to start paused is answered paused (or error),
+		// as the service's transitions show it: never "forking", then
+		// a state the client must poll for.
+		<-forked
+	}
 	return writeData(w, s.view(l, false))
 }
 
 // forkSpec checks a fork's request and returns what to create: the
 // source's, but for what the request sets.
 func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
-	if len(req.SSHPubkeys) > 0 {
-		return leaseSpec{}, unsupported("ssh_pubkeys", "it has no SSH gateway")
-	}
 	labels, err := checkLabels(req.Labels)
 	if err != nil {
 		return leaseSpec{}, err
 	}
-	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, net: src.netSpec, forkedFrom: src.id}
+	src.mu.Lock()
+	keys := src.sshPubkeys
+	src.mu.Unlock()
+	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id}
+	if req.SSHPubkeys != nil {
+		if spec.sshPubkeys, err = mergeSSHPubkeys(nil, req.SSHPubkeys); err != nil {
+			return leaseSpec{}, err
+		}
+	}
 	if n := src.network(); n != nil {
 		egress, ingress, _ := n.State()
 		spec.net = netSpec{egress: egress, ingress: ingress}

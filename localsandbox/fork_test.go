@@ -126,7 +126,8 @@ func TestAutoPausePausesAnIdleSandbox(t *testing.T) {
 }
 
 // The official fork body: envs replace the source's, start_paused leaves
-// the fork paused, bandwidth_quota_bytes is tolerated, ssh_pubkeys refused.
+// the fork paused (and is answered so), bandwidth_quota_bytes is tolerated,
+// a bad SSH key refused.
 func TestForkTakesTheOfficialBody(t *testing.T) {
 	ts := startServer(t, Options{})
 	var src officialView
@@ -135,14 +136,16 @@ func TestForkTakesTheOfficialBody(t *testing.T) {
 	ts.mustCall("POST", "/sandboxes/"+src.ID+"/pause", nil, nil)
 	waitStatus(t, ts, src.ID, "paused")
 	if status := ts.call("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"ssh_pubkeys": []string{"ssh-ed25519 AAAA"}}, nil); status != http.StatusBadRequest {
-		t.Errorf("fork with ssh_pubkeys: %d, want 400", status)
+		t.Errorf("fork with a bad SSH key: %d, want 400", status)
 	}
 	var plain, paused officialView
 	ts.mustCall("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"bandwidth_quota_bytes": 0}, &plain)
 	ts.mustCall("POST", "/sandboxes/"+src.ID+"/fork", map[string]any{"start_paused": true, "envs": map[string]string{"WHO": "fork"}}, &paused)
-	for _, f := range []officialView{plain, paused} {
-		if f.Status != "forking" || f.ForkedFrom != src.ID || f.Name == "" || f.Name == src.Name || f.AutoPause != 600 {
-			t.Errorf("fork answered %+v", f)
+	// A fork asked to start paused is answered once it is: before, it
+	// answered "forking" and the client had to poll.
+	for f, want := range map[*officialView]string{&plain: "forking", &paused: "paused"} {
+		if f.Status != want || f.ForkedFrom != src.ID || f.Name == "" || f.Name == src.Name || f.AutoPause != 600 {
+			t.Errorf("fork answered %+v, want %s", f, want)
 		}
 	}
 	waitStatus(t, ts, plain.ID, "running")
@@ -256,5 +259,33 @@ func TestDiskBudgetBoundsTheSumOfTheDisks(t *testing.T) {
 	ts.mustCall("DELETE", "/sandboxes/"+b, nil, nil)
 	if _, st := ts.forkAndWait(a); st != "running" {
 		t.Errorf("a fork once a sandbox gave its disk back: %s", st)
+	}
+}
+
+// A fork's view says plainly that the source's processes were not carried
+// ([ext] processes_carried: false; the official view has no field for it),
+// and they were not: a server running in the source is not in the fork.
+func TestForkSaysItsProcessesWereNotCarried(t *testing.T) {
+	ts := startServer(t, Options{})
+	src := ts.createLease()
+	ts.startProcess(src, `sleep 600`)
+	ts.mustCall("POST", "/sandboxes/"+src+"/pause", nil, nil)
+	waitStatus(t, ts, src, "paused")
+	type view struct {
+		ID               string
+		ProcessesCarried *bool `json:"processes_carried"`
+	}
+	var fork, source view
+	ts.mustCall("POST", "/sandboxes/"+src+"/fork", map[string]any{"start_paused": true}, &fork)
+	ts.mustCall("GET", "/sandboxes/"+src, nil, &source)
+	if fork.ProcessesCarried == nil || *fork.ProcessesCarried || source.ProcessesCarried != nil {
+		t.Errorf("processes_carried: fork %v, source %v; want false, absent", fork.ProcessesCarried, source.ProcessesCarried)
+	}
+	ts.mustCall("POST", "/sandboxes/"+fork.ID+"/resume", nil, nil)
+	waitStatus(t, ts, fork.ID, "running")
+	var procs struct{ Processes []any }
+	ts.mustCall("GET", "/sandboxes/"+fork.ID+"/processes", nil, &procs)
+	if r := ts.exec(fork.ID, `pgrep -c sleep || true`); len(procs.Processes) != 0 || r.Stdout != "0\n" {
+		t.Errorf("the fork holds %d processes, pgrep says %q", len(procs.Processes), r.Stdout)
 	}
 }

@@ -330,8 +330,7 @@ func (st *stream_) drain(after int64) output {
 func (ts *testServer) run(lease, script string) output {
 	ts.t.Helper()
 	pid := ts.startProcess(lease, script)
-	// 409: closed already, because the process has exited.
-	if status := ts.call("POST", "/sandboxes/"+lease+"/processes/"+pid+"/stdin/close", nil, nil); status != http.StatusOK && status != http.StatusConflict {
+	if status := ts.call("POST", "/sandboxes/"+lease+"/processes/"+pid+"/stdin/close", nil, nil); status != http.StatusOK {
 		ts.t.Errorf("stdin/close: %d", status)
 	}
 	return ts.connect(lease, pid, 0).drain(0)

@@ -2,20 +2,25 @@ package localsandbox
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -103,10 +108,11 @@ func notFound(what string) *apiError { return &apiError{http.StatusNotFound, wha
 
 func conflict(msg string) *apiError { return &apiError{http.StatusConflict, msg} }
 
-// unsupported is the 400 of a field of the official API that this server
-// does not serve: answered, never silently dropped.
-func unsupported(field, why string) *codedError {
-	return withCode("UNSUPPORTED", badRequest("%s is not supported by this server: %s", field, why))
+// unsupported is the 400 of a field or route of the official API that
+// this server does not serve: answered, never silently dropped. Both
+// arguments are the server's own words, never cut short.
+func unsupported(what, why string) *codedError {
+	return withCode("UNSUPPORTED", &apiError{http.StatusBadRequest, what + " is not supported by this server: " + why})
 }
 
 // handlerFunc is an endpoint: it writes a success itself, or returns an
@@ -116,6 +122,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) endpoint(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(context.WithValue(r.Context(), unknownFieldsKey{}, &s.unknownFields))
 		err := h(w, r)
 		if err == nil {
 			return
@@ -235,8 +242,13 @@ func statusCode(status int) string {
 }
 
 // decodeJSON reads a JSON object of at most maxJSONBytes into v, rejecting
-// unknown fields and trailing data. An empty body counts as {} when
-// allowEmpty is set.
+// trailing data. An empty body counts as {} when allowEmpty is set.
+//
+// A field v does not know is ignored, as the hosted service ignores it: a
+// newer SDK that adds a field must keep working. The server logs each such
+// name once (unknownFields), so that an operator sees what is dropped. A
+// field of the official API that this server does not serve is not
+// unknown: v names it, and the handler refuses it by name (unsupported).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
 	if err != nil {
@@ -253,18 +265,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 		return badRequest("a JSON object body is required")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &typeErr):
 			return badRequest("field %q has the wrong type", typeErr.Field)
 		case bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")):
-			if quoted, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				if field, err := strconv.Unquote(quoted); err == nil {
-					return badRequest("json: unknown field %q", field)
-				}
-			}
 			return badRequest("malformed JSON body")
 		default:
 			return badRequest("the body must be a JSON object")
@@ -273,7 +279,79 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("trailing data after the JSON object")
 	}
+	if u, ok := r.Context().Value(unknownFieldsKey{}).(*unknownFields); ok {
+		u.note(r, body, v)
+	}
 	return nil
+}
+
+// unknownFields are the request fields the server ignored, by name: each
+// is logged the first time it is seen, up to maxUnknownFields names (a
+// client cannot grow the set, or the log, without bound).
+type unknownFields struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+const maxUnknownFields = 256
+
+// unknownFieldsKey is the context key under which a request carries its
+// server's unknownFields (Server.endpoint puts it there).
+type unknownFieldsKey struct{}
+
+// note logs the top-level fields of body that v's type does not name and
+// that were not logged before.
+func (u *unknownFields) note(r *http.Request, body []byte, v any) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return
+	}
+	known := jsonFieldNames(reflect.TypeOf(v))
+	for name := range fields {
+		if slices.ContainsFunc(known, func(k string) bool { return strings.EqualFold(k, name) }) {
+			continue // encoding/json matches names regardless of case
+		}
+		name = clip(name, maxEcho)
+		u.mu.Lock()
+		first := !u.seen[name] && len(u.seen) < maxUnknownFields
+		if first {
+			if u.seen == nil {
+				u.seen = map[string]bool{}
+			}
+			u.seen[name] = true
+		}
+		u.mu.Unlock()
+		if first {
+			u.log.Warn("a request field this server does not know is ignored (logged once per name)", "field", name, "route", r.Pattern)
+		}
+	}
+}
+
+// jsonFieldNames are the names encoding/json decodes into t's fields (t a
+// struct or a pointer to one); nil for any other type.
+func jsonFieldNames(t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for f := range t.Fields() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-":
+		case f.Anonymous && tag == "":
+			names = append(names, jsonFieldNames(f.Type)...)
+		case !f.IsExported():
+		case tag != "":
+			names = append(names, tag)
+		default:
+			names = append(names, f.Name)
+		}
+	}
+	return names
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)

@@ -70,6 +70,8 @@ type lease struct {
 	envs       map[string]string
 	forkedFrom string // the source of a fork
 
+	sshPubkeys []string // stored and shown (api_sshkeys.go); guarded by mu
+
 	dir           string // <root>/leases/<id> on the host
 	workspaceHost string
 	tmpHost       string
@@ -109,6 +111,7 @@ type leaseSpec struct {
 
 	name       string            // reserved by reserveName
 	envs       map[string]string // checked by checkEnv
+	sshPubkeys []string          // checked by checkSSHPubkey
 	forkedFrom string            // the source of a fork
 }
 
@@ -146,6 +149,7 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 
 		name:       spec.name,
 		envs:       spec.envs,
+		sshPubkeys: spec.sshPubkeys,
 		forkedFrom: spec.forkedFrom,
 	}
 	l.workspaceHost = filepath.Join(l.dir, leaseinit.WorkspaceDir)

@@ -113,7 +113,7 @@ func TestCreateTakesAndAnswersTheOfficialFields(t *testing.T) {
 		t.Errorf("names: %q, %q", again.Name, unnamed.Name)
 	}
 	// Official fields this server does not serve are refused by name.
-	for field, value := range map[string]any{"ssh_pubkeys": []string{"ssh-ed25519 AAAA"}, "networks": []any{map[string]string{"id": "n"}},
+	for field, value := range map[string]any{"networks": []any{map[string]string{"id": "n"}},
 		"disks": []any{map[string]string{"disk_id": "d", "mount_path": "/m"}}, "node_selector": map[string]string{"a": "b"}, "host_id": "h"} {
 		status, body := ts.rawCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", field: value})
 		if status != http.StatusBadRequest || !strings.Contains(body, `"code":"UNSUPPORTED"`) || !strings.Contains(body, field) {

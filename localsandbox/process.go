@@ -545,12 +545,14 @@ func (p *process) terminate(grace time.Duration) bool {
 // errStdinClosed means stdin was closed already.
 var errStdinClosed = errors.New("stdin is closed")
 
-// closeStdin closes the write end of the command's stdin.
+// closeStdin closes the write end of the command's stdin; once closed
+// (by a request, or because the process exited), closing it again does
+// nothing: the caller asked for stdin to be closed, and it is.
 func (p *process) closeStdin() error {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin == nil {
-		return errStdinClosed
+		return nil
 	}
 	err := p.stdin.Close()
 	p.stdin = nil

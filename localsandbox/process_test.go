@@ -75,8 +75,8 @@ func TestStdinInputThenClose(t *testing.T) {
 	if ts.mustCall("POST", base+"/stdin/close", nil, &closed); !closed.OK {
 		t.Errorf("stdin/close answered no ok")
 	}
-	if status := ts.call("POST", base+"/stdin/close", nil, nil); status != http.StatusConflict {
-		t.Errorf("second stdin/close: %d, want 409", status)
+	if status := ts.call("POST", base+"/stdin/close", nil, nil); status != http.StatusOK {
+		t.Errorf("second stdin/close: %d, want 200 (idempotent)", status)
 	}
 	if status := ts.call("POST", base+"/input", map[string]string{"data_base64": "eA=="}, nil); status != http.StatusConflict {
 		t.Errorf("input after close: %d, want 409", status)
@@ -84,6 +84,27 @@ func TestStdinInputThenClose(t *testing.T) {
 	out := ts.connect(lease, pid, 0).drain(0)
 	if got := out.stdout.String(); got != "hello world\ndone 0\n" {
 		t.Errorf("stdout %q", got)
+	}
+}
+
+// stdin/close of a process that has exited, and a repeated one, answer
+// 200: the Go and Python managed-process examples close stdin of a process
+// that may be done. (They answered 409.)
+func TestStdinCloseAfterExitIsOK(t *testing.T) {
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	pid := ts.startProcess(lease, `echo done`)
+	if _, status := ts.waitTree(lease, pid, 10*time.Second); status != http.StatusOK {
+		t.Fatalf("wait: %d", status)
+	}
+	for i := range 2 {
+		var closed struct{ OK bool }
+		if status := ts.call("POST", "/sandboxes/"+lease+"/processes/"+pid+"/stdin/close", nil, &closed); status != http.StatusOK || !closed.OK {
+			t.Errorf("stdin/close %d after the exit: %d %+v, want 200 ok", i+1, status, closed)
+		}
+	}
+	if status := ts.call("POST", "/sandboxes/"+lease+"/processes/proc-unknown/stdin/close", nil, nil); status != http.StatusNotFound {
+		t.Errorf("stdin/close of no process: %d, want 404", status)
 	}
 }
 
@@ -165,8 +186,7 @@ func TestConcurrentReadersReplayAndHeartbeat(t *testing.T) {
 	}
 	second := ts.connect(lease, pid, 0)
 	ts.mustCall("POST", base+"/input", map[string]string{"data_base64": base64.StdEncoding.EncodeToString([]byte("three\n"))}, nil)
-	// 409: closed already, because the tree has exited (it needs no EOF).
-	if status := ts.call("POST", base+"/stdin/close", nil, nil); status != http.StatusOK && status != http.StatusConflict {
+	if status := ts.call("POST", base+"/stdin/close", nil, nil); status != http.StatusOK {
 		t.Errorf("stdin/close: %d", status)
 	}
 	full := second.drain(0)

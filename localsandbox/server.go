@@ -62,6 +62,8 @@ type Server struct {
 	shutdown    bool
 
 	ingress ingressState // preview URLs: their port, the requests in flight (ingress.go)
+
+	unknownFields unknownFields // request fields ignored, each logged once (http.go)
 }
 
 // Files and directories under Options.Root.
@@ -84,16 +86,17 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		opts:        opts,
-		log:         opts.Logger,
-		history:     &history{max: opts.HistorySize},
-		done:        make(chan struct{}),
-		leases:      make(map[string]*lease),
-		idempotency: make(map[string]*idempotentCreate),
-		names:       make(map[string]bool),
-		servers:     make(map[*http.Server]struct{}),
-		ids:         machine.NewIDSlots(2 * opts.MaxLeases),
-		disks:       machine.NewDiskBudget(int64(opts.DiskBudgetMiB) * mib),
+		opts:          opts,
+		log:           opts.Logger,
+		history:       &history{max: opts.HistorySize},
+		done:          make(chan struct{}),
+		leases:        make(map[string]*lease),
+		idempotency:   make(map[string]*idempotentCreate),
+		names:         make(map[string]bool),
+		servers:       make(map[*http.Server]struct{}),
+		unknownFields: unknownFields{log: opts.Logger},
+		ids:           machine.NewIDSlots(2 * opts.MaxLeases),
+		disks:         machine.NewDiskBudget(int64(opts.DiskBudgetMiB) * mib),
 	}
 	if uint64(opts.HostIDBase)+uint64(2*opts.MaxLeases)*machine.IDsPerLease >= 1<<32-1 {
 		return nil, fmt.Errorf("localsandbox: HostIDBase %d leaves no room for the id ranges of %d sandboxes", opts.HostIDBase, 2*opts.MaxLeases)

@@ -198,6 +198,38 @@ await check("files", async () => {
   eq(out.result.stdout, "hello, file", "the command sees the upload");
   await rejects(() => sb.files.download("/workspace/sdk/missing"), CreateosSandboxNotFoundError, [404], "missing file");
   await rejects(() => sb.files.upload("relative.txt", "x"), CreateosSandboxValidationError, [400], "relative path");
+  if (canFork) {
+    // Namespace isolation: any file of the sandbox's own root.
+    await sb.files.upload("/etc/sdk.conf", "conf");
+    eq(new TextDecoder().decode(await sb.files.download("/etc/sdk.conf")), "conf", "a file under /etc");
+    eq((await sb.sh("stat -c %u:%g /etc/sdk.conf")).result.stdout, "0:0\n", "owned by the sandbox's root");
+    await rejects(() => sb.files.download("/proc/1/environ"), CreateosSandboxValidationError, [400], "a file of /proc");
+  }
+});
+
+await check("sshKeys", async () => {
+  const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKKAMadsz89A1JchvIhouTeibWdAaWwd4uuGxi1NgW4l one@test";
+  eq(await needSandbox().addSSHPubkeys([key]), { count: 1 }, "addSSHPubkeys");
+  eq(await sb.addSSHPubkeys([key]), { count: 1 }, "the same key again");
+  await sb.refresh();
+  eq(sb.data.ssh_pubkeys, [key], "the view's keys");
+});
+
+// Routes the server lacks are a validation error naming the feature, never
+// "not found" (which would say the sandbox is gone).
+await check("declinedRoutes", async () => {
+  for (const [what, fn] of [
+    ["listHosts", () => client.listHosts()],
+    ["getSandboxByIP", () => client.getSandboxByIP("10.0.2.100")],
+    ["resize", () => needSandbox().resize(8192)],
+    ["networks.list", () => client.networks.list()],
+    ["disks.list", () => client.disks.list()],
+    ["templates.list", () => client.templates.list()],
+    ["attachNetwork", () => sb.attachNetwork("net-1")],
+  ]) {
+    const err = await rejects(fn, CreateosSandboxValidationError, [400], what);
+    assert(err.code === "UNSUPPORTED" && err.message.includes("not supported"), `${what}: ${err.code} ${err.message}`);
+  }
 });
 
 await check("egress", async () => {
@@ -255,6 +287,7 @@ await check("fork", async () => {
     const out = await fork.sh('cat /workspace/sdk/hello.txt; echo " $SDK_GREETING"');
     eq(out.result.stdout, "hello, file forked\n", "the fork's files and envs");
     const paused = await sb.fork({ start_paused: true });
+    eq(paused.status, "paused", "a start_paused fork is answered paused");
     await paused.waitUntilPaused({ timeoutMs: 60_000 });
     await fork.destroy();
     await paused.destroy();
