@@ -97,6 +97,11 @@ func (o *Options) networkDefaults() error {
 	if o.Egress == EgressOff {
 		return nil
 	}
+	upstream, err := network.DNSUpstream(o.DNSUpstream)
+	if err != nil {
+		return fmt.Errorf("localsandbox: %w", err)
+	}
+	o.DNSUpstream = upstream
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("localsandbox: egress %s needs a server running as root (it makes the leases' network namespaces)", o.Egress)
 	}
@@ -153,14 +158,14 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*networ
 	cfg := network.Config{HostLoopback: s.opts.EgressHostLoopback, MaxFlows: s.opts.MaxEgressConnections,
 		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg}
 	if s.opts.Egress != EgressOff {
-		cfg.Slirp4netns = s.opts.Slirp4netns
+		cfg.Slirp4netns, cfg.DNSUpstream = s.opts.Slirp4netns, s.opts.DNSUpstream
 	}
 	n, err := network.New(cfg, spec.egress, spec.ingress)
 	if err != nil || cfg.Slirp4netns == "" {
 		return n, err
 	}
-	// Name lookups go to slirp4netns's resolver, the only one the egress
-	// table admits.
+	// Name lookups go to the server's filter (network.DNSAddr), the only
+	// resolver the lease can reach unless its egress is "*".
 	if err := s.machineSpec(l).WriteRootFile("/etc/resolv.conf", []byte(network.ResolvConf)); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("the lease's resolv.conf: %w", err)

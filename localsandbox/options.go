@@ -169,6 +169,11 @@ type Options struct {
 	// EgressHostLoopback lets leases with egress reach the host's
 	// 127.0.0.1 at 10.0.2.2 (this server's API too): for tests only.
 	EgressHostLoopback bool
+	// DNSUpstream is where the leases' resolver (the server's filter)
+	// forwards the queries of a lease whose egress is "*": IP addresses,
+	// with or without a port. Default: the host's /etc/resolv.conf
+	// nameservers. A lease with rules is answered from them alone.
+	DNSUpstream []string
 	// IngressDomain is the domain of preview URLs,
 	// <port>-<id>.<IngressDomain>. Default "localhost".
 	IngressDomain string

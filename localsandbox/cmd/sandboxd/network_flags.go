@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"strings"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
@@ -15,12 +16,14 @@ type networkFlags struct {
 	egress        string
 	ingressPublic bool
 	ingressDomain string
+	dnsUpstream   string
 
 	maxIngress, maxIngressPerSandbox, maxEgressConnections int
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.egress, "egress", "off", "the leases' outward network: off (loopback only), allowlist (only explicit egress rules) or any; other than off needs root and slirp4netns")
+	fs.StringVar(&n.dnsUpstream, "dns-upstream", "", "comma-separated resolvers (IP[:port]) a sandbox whose egress is * sends its name lookups to (default: the host's /etc/resolv.conf nameservers); a sandbox with rules resolves only their names, answered by sandboxd")
 	fs.BoolVar(&n.ingressPublic, "ingress-public", false, "serve preview URLs, which carry no API key, on a non-loopback listener too")
 	fs.StringVar(&n.ingressDomain, "ingress-domain", "localhost", "domain of preview URLs: http://<port>-<sandbox id>.DOMAIN:<listen port>")
 	fs.IntVar(&n.maxIngress, "max-ingress-requests", 0, "preview requests proxied at once, open WebSockets included; past it 503 (default half of --max-connections-per-address)")
@@ -30,6 +33,9 @@ func (n *networkFlags) register(fs *flag.FlagSet) {
 
 func (n *networkFlags) apply(o *localsandbox.Options) {
 	o.Egress = localsandbox.EgressPolicy(n.egress)
+	if n.dnsUpstream != "" {
+		o.DNSUpstream = strings.Split(n.dnsUpstream, ",")
+	}
 	o.IngressPublic = n.ingressPublic
 	o.IngressDomain = n.ingressDomain
 	o.MaxIngressRequests = n.maxIngress

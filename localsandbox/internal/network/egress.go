@@ -29,8 +29,8 @@ import (
 //
 // The rules are enforced by the kernel: an nftables table in the lease's
 // network namespace (table inet sandboxd, chain egress on the output hook)
-// accepts loopback, the replies of established connections, DNS to the
-// user-mode network's resolver (when any rule is in force) and the
+// accepts loopback (where the lease's resolver, the server's filter,
+// listens: dns.go), the replies of established connections and the
 // destinations of the rules; everything else is rejected at once (a TCP
 // reset, ICMP administratively prohibited), so a refused connect fails
 // fast rather than timing out. A new rule set replaces the table in one
@@ -235,10 +235,6 @@ const (
 	egressChain = "egress"
 )
 
-// slirpDNS is the user-mode network's resolver (slirp4netns's default
-// network 10.0.2.0/24).
-var slirpDNS = netip.MustParseAddr("10.0.2.3")
-
 // applyEgress replaces the egress table of the network namespace netns
 // with set, and a cap of maxFlows flows, in one transaction.
 func applyEgress(netns int, set Egress, maxFlows int) error {
@@ -291,9 +287,6 @@ func applyEgress(netns int, set Egress, maxFlows int) error {
 	case set.all:
 		add(accept)
 	case !set.none():
-		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			add(append(matchDest(netip.PrefixFrom(slirpDNS, 32), proto, 53), accept)...)
-		}
 		for _, r := range set.rules {
 			for _, p := range r.prefixes {
 				if r.port == 0 {
