@@ -146,7 +146,7 @@ func decideDNS(query []byte, set Egress, limit int) dnsDecision {
 	var pinned []netip.Addr
 	known := false
 	for _, r := range set.rules {
-		if r.host == "" || strings.TrimSuffix(r.host, ".") != name {
+		if r.host == "" || r.host != name {
 			continue
 		}
 		known = true
