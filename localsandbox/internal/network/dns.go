@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +23,8 @@ import (
 // DNS is an outward channel of its own: a resolver that forwards any query
 // carries data out as the labels of the names asked, past any allowlist.
 // So slirp4netns runs without its resolver (--disable-dns), and a lease's
-// only resolver is the server's filter: a UDP socket and a TCP
-// listener at DNSAddr (127.0.0.53:53), made inside the lease's network
+// only resolver is the server's filter: a UDP socket and a TCP listener
+// at DNSAddr (127.0.0.53:53), made inside the lease's network
 // namespace by the server, owned by the host's root (the lease's root may
 // not bind a port below 1024 there, nor change the namespace), served by
 // goroutines of the server and closed with the lease. Its loopback is the
@@ -159,20 +160,11 @@ func decideDNS(query []byte, set Egress, limit int) dnsDecision {
 	}
 	var addrs []netip.Addr
 	for _, a := range pinned {
-		if (q.Type == dnsmessage.TypeA && a.Is4() || q.Type == dnsmessage.TypeAAAA && a.Is6()) && !containsAddr(addrs, a) {
+		if (q.Type == dnsmessage.TypeA && a.Is4() || q.Type == dnsmessage.TypeAAAA && a.Is6()) && !slices.Contains(addrs, a) {
 			addrs = append(addrs, a)
 		}
 	}
 	return reply(dnsmessage.RCodeSuccess, &q, addrs)
-}
-
-func containsAddr(list []netip.Addr, a netip.Addr) bool {
-	for _, b := range list {
-		if a == b {
-			return true
-		}
-	}
-	return false
 }
 
 // buildDNSAnswer answers query header h with rcode, echoing q and giving
@@ -197,7 +189,10 @@ func buildDNSAnswer(h dnsmessage.Header, rcode dnsmessage.RCode, q *dnsmessage.Q
 			}
 		}
 		out, err := b.Finish()
-		if err == nil && (len(out) <= limit || n == 0) {
+		if err != nil {
+			return nil // a name the parser took and the builder refuses: dropped
+		}
+		if len(out) <= limit || n == 0 {
 			return out
 		}
 	}
