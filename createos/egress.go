@@ -12,7 +12,8 @@ import (
 // rules are checked first (sandbox.CheckEgress); an empty list is sent as
 // [], which the API reads as "allow all" (as far as the server's policy
 // allows). A sandbox that is gone (404) is a *sandbox.LeaseGoneError; rules
-// the server refuses are a *sandbox.APIError (400).
+// the server refuses are a *sandbox.APIError: 400 malformed, 403 beyond the
+// server's policy (sandboxd's code EGRESS_NOT_ALLOWED).
 func (c *Client) SetEgress(ctx context.Context, leaseID string, rules []string) error {
 	if err := sandbox.CheckID("lease id", leaseID); err != nil {
 		return err

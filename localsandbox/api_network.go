@@ -24,7 +24,8 @@ func (s *Server) getEgress(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, egressView{ID: l.id, Egress: egress})
 }
 
-// putEgressRequest replaces the rules; null, [] or omitted asks for all.
+// putEgressRequest replaces the rules; null, [] or omitted asks for all
+// that the operator's policy allows.
 type putEgressRequest struct {
 	Egress []string `json:"egress"`
 }
@@ -41,7 +42,7 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) error {
 	if l.isolation != IsolationNamespaces {
 		return badRequest("process-group isolation cannot restrict egress: commands use the host's network")
 	}
-	set, err := compileEgress(r.Context(), s.opts.Egress, req.Egress)
+	set, err := s.compileEgress(r.Context(), req.Egress)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@
 // one way, down the list: the server imports the rooms; machine and network
 // import leaseinit, which imports confine and proctree.
 //
-//	internal/network    a lease's network namespace, slirp4netns, the egress table, the preview proxy
+//	internal/network    a lease's network namespace, slirp4netns, the egress table, its resolver, the preview proxy
 //	internal/machine    the server's side of a lease machine: its init in its namespaces, the root's
 //	                    layout, host id ranges, cgroups and the freezer, the disk, a fork's copy
 //	internal/journal    a process's output journal
@@ -65,7 +65,8 @@
 //   - a pause: internal/machine/freezer.go (without a freezer,
 //     proctree.Freeze from lease.go);
 //   - the egress rule enforced: internal/network/egress.go, applyEgress,
-//     an nftables table in the lease's network namespace;
+//     an nftables table in the lease's network namespace; its names
+//     answered: internal/network/dns.go, decideDNS;
 //   - the output journal evicted: internal/journal/journal.go,
 //     Journal.Append;
 //   - the root file system mounted: internal/leaseinit/rootfs.go,

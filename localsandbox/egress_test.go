@@ -1,12 +1,11 @@
 package localsandbox
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -169,9 +168,9 @@ func TestEgressChangeAppliesToTheNextConnection(t *testing.T) {
 }
 
 func TestEgressOffHasNoPath(t *testing.T) {
-	log := &limitedBuffer{buf: &bytes.Buffer{}, max: 1 << 20}
-	ts := startServer(t, Options{Isolation: IsolationNamespaces, Logger: slog.New(slog.NewTextHandler(log, nil))})
-	sb := ts.createWith(map[string]any{"egress": []string{"*", "10.9.8.7:443", "*"}})
+	ts := startServer(t, Options{Isolation: IsolationNamespaces})
+	// Everything, asked for, is all that "off" allows: nothing.
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
 	if sb.Egress == nil || len(sb.Egress) != 0 || sb.Network.EgressPolicy != "off" || sb.Network.Path != "none" {
 		t.Fatalf("view %+v", sb)
 	}
@@ -179,12 +178,6 @@ func TestEgressOffHasNoPath(t *testing.T) {
 	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/egress", nil, &ev)
 	if ev.Egress == nil || len(ev.Egress) != 0 {
 		t.Errorf("GET egress: %+v, want nothing in force", ev)
-	}
-	ts.createWith(nil) // asks for nothing: nothing is dropped
-	// One warning, for the sandbox that asked, with counts and no rule.
-	if warnings := droppedWarnings(log); len(warnings) != 1 || !strings.Contains(warnings[0], "sandbox="+sb.ID) || !strings.Contains(warnings[0], "policy=off dropped=2 in_force=0") ||
-		strings.Contains(warnings[0], "10.9.8.7") {
-		t.Errorf("warnings of dropped rules: %q", warnings)
 	}
 	out := ts.exec(sb.ID, `ip -o link | awk -F': ' '{print $2}' | sort | tr '\n' ' '; `+fetchScript("10.0.2.2", 80))
 	if !strings.HasPrefix(out.Stdout, "lo \n") && !strings.HasPrefix(out.Stdout, "lo ") {
@@ -195,28 +188,103 @@ func TestEgressOffHasNoPath(t *testing.T) {
 	}
 }
 
-// droppedWarnings are the log's lines about rules a policy dropped.
-func droppedWarnings(log *limitedBuffer) []string {
-	var warnings []string
-	for _, line := range strings.Split(log.String(), "\n") {
-		if strings.Contains(line, "egress rules dropped") {
-			warnings = append(warnings, line)
-		}
-	}
-	return warnings
+// failureBody is a fail envelope's data.
+type failureBody struct {
+	Status string `json:"status"`
+	Data   struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"data"`
 }
 
-func TestEgressAllowlistPolicyRefusesAll(t *testing.T) {
+// refusedBeyondThePolicy checks that a call answered 403 EGRESS_NOT_ALLOWED
+// naming the policy.
+func refusedBeyondThePolicy(t *testing.T, what string, status int, body, policy string) {
+	t.Helper()
+	var f failureBody
+	json.Unmarshal([]byte(body), &f)
+	if status != http.StatusForbidden || f.Status != "fail" || f.Data.Code != "EGRESS_NOT_ALLOWED" || !strings.Contains(f.Data.Message, policy) {
+		t.Errorf("%s: %d %s; want 403 EGRESS_NOT_ALLOWED naming %q", what, status, body, policy)
+	}
+}
+
+// A rule the operator's policy does not allow is refused, at create and
+// at PUT, and nothing changes: before, it answered 200 with "egress": []
+// (with "off", any rule; with "allowlist", "*"), which every SDK reads as
+// "allow all".
+func TestEgressBeyondThePolicyIsRefused(t *testing.T) {
+	ts := startServer(t, Options{Isolation: IsolationNamespaces})
+	status, body := ts.rawCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "egress": []string{"*", "192.0.2.10:443"}})
+	refusedBeyondThePolicy(t, "create with a rule under off", status, body, "off")
+	if st, _ := ts.srv.Stats(); st.Leases != 0 {
+		t.Errorf("%d leases after a refused create", st.Leases)
+	}
+	sb := ts.createWith(nil)
+	status, body = ts.rawCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{"192.0.2.10:443"}})
+	refusedBeyondThePolicy(t, "PUT a rule under off", status, body, "off")
+	for _, all := range []string{`{"egress": null}`, `{"egress": []}`, `{"egress": ["*"]}`, `{}`} {
+		var ev egressView
+		ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", all, &ev)
+		if ev.Egress == nil || len(ev.Egress) != 0 {
+			t.Errorf("PUT %s under off: %+v, want nothing in force", all, ev)
+		}
+	}
+}
+
+// Under an allowlist of the operator's, asking for everything gets that
+// allowlist, reported rule by rule; a lease's rule must stay within it.
+func TestEgressAllowlistOfTheOperator(t *testing.T) {
 	needNetwork(t)
-	log := &limitedBuffer{buf: &bytes.Buffer{}, max: 1 << 20}
-	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	pinNames(t, map[string][]string{"gateway.test": {"10.0.2.2"}})
+	named, cidr, other := hostServer(t, "named"), hostServer(t, "cidr"), hostServer(t, "other")
+	within := []string{fmt.Sprintf("gateway.test:%d", named), fmt.Sprintf("10.0.2.0/24:%d", cidr)}
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressAllow: within, EgressHostLoopback: true})
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	if !slices.Equal(sb.Egress, within) {
+		t.Fatalf("egress in force %q, want the operator's allowlist %q", sb.Egress, within)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", cidr); got != "cidr" {
+		t.Errorf("within the allowlist: %q", got)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", other); !strings.Contains(got, "ERR") {
+		t.Errorf("outside the allowlist: %q", got)
+	}
+	for _, all := range []string{`{"egress": null}`, `{"egress": []}`, `{}`} {
+		var ev egressView
+		ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", all, &ev)
+		if !slices.Equal(ev.Egress, within) {
+			t.Errorf("PUT %s: %q, want the operator's allowlist", all, ev.Egress)
+		}
+	}
+	narrower := fmt.Sprintf("10.0.2.2:%d", cidr)
+	var ev egressView
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{narrower}}, &ev)
+	if !slices.Equal(ev.Egress, []string{narrower}) {
+		t.Errorf("a rule within: %q", ev.Egress)
+	}
+	for _, rule := range []string{fmt.Sprintf("10.0.2.2:%d", other), "10.0.2.2", "192.0.2.10:443"} {
+		status, body := ts.rawCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{rule}})
+		refusedBeyondThePolicy(t, "PUT "+rule, status, body, "allowlist")
+	}
+	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/egress", nil, &ev)
+	if !slices.Equal(ev.Egress, []string{narrower}) {
+		t.Errorf("after refused PUTs: %q, want the rule last granted", ev.Egress)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", other); !strings.Contains(got, "ERR") {
+		t.Errorf("a refused rule is in force: %q", got)
+	}
+	if _, err := New(Options{InsecureNoAuth: true, Root: t.TempDir(), Egress: EgressAny, EgressAllow: within}); err == nil {
+		t.Error("an operator's allowlist under the policy any was accepted")
+	}
+}
+
+func TestEgressAllowlistPolicyGivesNothingForAll(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
 	port := hostServer(t, "hello")
 	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
 	if len(sb.Egress) != 0 || sb.Network.Path != "slirp4netns" {
 		t.Fatalf("view %+v", sb)
-	}
-	if w := droppedWarnings(log); len(w) != 1 || !strings.Contains(w[0], "sandbox="+sb.ID+" policy=allowlist dropped=1 in_force=0") {
-		t.Errorf("warnings of dropped rules: %q", w)
 	}
 	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
 		t.Errorf("fetch: %q", got)

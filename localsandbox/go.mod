@@ -19,6 +19,7 @@ require (
 	go.temporal.io/sdk v1.50.0
 	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.14.0
 )
 
 require (
@@ -48,7 +49,6 @@ require (
 	golang.org/x/exp v0.0.0-20241108190413-2d47ceb2692f // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/grpc v1.83.2 // indirect

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,53 +18,74 @@ import (
 // (namespaces, slirp4netns, the nftables egress table, the preview proxy);
 // NETWORK.md says what a lease gets.
 
-// EgressPolicy is the operator's cap on the leases' outward network:
+// EgressPolicy is the operator's cap on the leases' outward network. A
+// lease asking for everything (["*"], [], null or nothing: the CreateOS
+// API's "allow all") gets all the cap allows; a rule beyond the cap is
+// refused (403 EGRESS_NOT_ALLOWED), never stored as nothing:
 //
-//	off        no outward path at all: loopback only (the default)
-//	allowlist  only explicit rules: "*" and the empty list (which the
-//	           CreateOS API reads as "allow all") give nothing
-//	any        whatever the lease asks; empty or ["*"] = everything
+//	off        no outward path at all: loopback only (the default); "all"
+//	           is nothing, any rule is refused
+//	allowlist  with Options.EgressAllow, "all" is those rules and a lease's
+//	           rule must be within one of them; without, "all" is nothing
+//	           and a lease may name any destination
+//	any        whatever the lease asks; "all" is everything
 type EgressPolicy string
 
 const (
 	// EgressOff gives leases no outward network (loopback only).
 	EgressOff EgressPolicy = "off"
-	// EgressAllowlist gives leases the destinations their rules name, and
-	// never "*".
+	// EgressAllowlist gives leases the destinations their rules name
+	// (within Options.EgressAllow, when set), and never "*".
 	EgressAllowlist EgressPolicy = "allowlist"
 	// EgressAny gives leases what they ask for, "*" included.
 	EgressAny EgressPolicy = "any"
 )
 
-// grant is what the policy lets a lease have.
-func (p EgressPolicy) grant() network.Grant {
-	switch p {
+// egressGrant is what the operator's options let a lease have.
+func (o *Options) egressGrant() network.Grant {
+	g := network.Grant{Policy: string(o.Egress)}
+	switch o.Egress {
 	case EgressAny:
-		return network.Grant{All: true, Rules: true}
+		g.All, g.Rules = true, true
 	case EgressAllowlist:
-		return network.Grant{Rules: true}
+		g.Rules, g.Within = true, o.EgressAllow
 	}
-	return network.Grant{}
+	return g
 }
 
-// compileEgress parses the rules a client asked for, caps them with the
-// operator's policy and resolves the host names of what remains. Bad rules
-// are a 400 whatever the policy.
-func compileEgress(ctx context.Context, policy EgressPolicy, requested []string) (network.Egress, error) {
-	set, err := network.Compile(ctx, requested, policy.grant())
-	if ie := (*network.InputError)(nil); errors.As(err, &ie) {
+// compileEgress parses the rules a client asked for, checks them against
+// the operator's policy and resolves the host names of what is granted.
+// Bad rules are a 400 whatever the policy, rules beyond it a 403.
+func (s *Server) compileEgress(ctx context.Context, requested []string) (network.Egress, error) {
+	set, err := network.Compile(ctx, requested, s.opts.egressGrant())
+	var (
+		ie *network.InputError
+		ce *network.CapError
+	)
+	switch {
+	case errors.As(err, &ie):
 		return network.Egress{}, badRequest(ie.Format, ie.Args...)
+	case errors.As(err, &ce):
+		return network.Egress{}, withCode(egressNotAllowed, &apiError{http.StatusForbidden, clipRule(ce)})
 	}
 	return set, err
+}
+
+// egressNotAllowed is the machine code of a rule beyond the operator's
+// policy (data.code of the 403).
+const egressNotAllowed = "EGRESS_NOT_ALLOWED"
+
+// clipRule is ce's message with its rule cut to maxEcho bytes.
+func clipRule(ce *network.CapError) string {
+	c := *ce
+	c.Rule = clip(c.Rule, maxEcho)
+	return c.Error()
 }
 
 // netSpec is what a create asks of the network.
 type netSpec struct {
 	egress  network.Egress
 	ingress bool
-	// dropped counts the distinct rules asked for that the server's policy
-	// left out of egress.
-	dropped int
 }
 
 // networkDefaults checks the network options (called by withDefaults).
@@ -94,9 +116,20 @@ func (o *Options) networkDefaults() error {
 	if !network.ValidHostName(o.IngressDomain) {
 		return fmt.Errorf("localsandbox: ingress domain %q is not a host name", o.IngressDomain)
 	}
+	if len(o.EgressAllow) > 0 && o.Egress != EgressAllowlist {
+		return fmt.Errorf("localsandbox: EgressAllow (--egress-allow) needs the allowlist policy, not %s", o.Egress)
+	}
+	if err := network.CheckRules(o.EgressAllow); err != nil {
+		return fmt.Errorf("localsandbox: EgressAllow: %w", err)
+	}
 	if o.Egress == EgressOff {
 		return nil
 	}
+	upstream, err := network.DNSUpstream(o.DNSUpstream)
+	if err != nil {
+		return fmt.Errorf("localsandbox: %w", err)
+	}
+	o.DNSUpstream = upstream
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("localsandbox: egress %s needs a server running as root (it makes the leases' network namespaces)", o.Egress)
 	}
@@ -121,19 +154,11 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 	if ingress && !s.networkAvailable() {
 		return netSpec{}, badRequest("ingress needs namespace isolation and a server running as root")
 	}
-	set, err := compileEgress(ctx, s.opts.Egress, egress)
+	set, err := s.compileEgress(ctx, egress)
 	if err != nil {
 		return netSpec{}, err
 	}
-	spec := netSpec{egress: set, ingress: ingress}
-	if !set.All() {
-		asked := map[string]bool{}
-		for _, r := range egress {
-			asked[r] = true
-		}
-		spec.dropped = len(asked) - len(set.List())
-	}
-	return spec, nil
+	return netSpec{egress: set, ingress: ingress}, nil
 }
 
 // newLeaseNet makes the network namespace of a lease (nil when the server
@@ -141,26 +166,20 @@ func (s *Server) netSpec(ctx context.Context, egress []string, ingress bool) (ne
 // table in place and, unless egress is off, slirp4netns attached and in
 // the lease's cgroup cg (when it has one).
 func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*network.Net, error) {
-	if spec.dropped > 0 {
-		// The view says what is in force; the operator learns here why a
-		// lease has less than it asked. Counts only: a rule names a host.
-		s.log.Warn("egress rules dropped by the server's policy", "sandbox", l.id, "policy", s.opts.Egress,
-			"dropped", spec.dropped, "in_force", len(spec.egress.List()))
-	}
 	if !s.networkAvailable() {
 		return nil, nil
 	}
 	cfg := network.Config{HostLoopback: s.opts.EgressHostLoopback, MaxFlows: s.opts.MaxEgressConnections,
 		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg}
 	if s.opts.Egress != EgressOff {
-		cfg.Slirp4netns = s.opts.Slirp4netns
+		cfg.Slirp4netns, cfg.DNSUpstream = s.opts.Slirp4netns, s.opts.DNSUpstream
 	}
 	n, err := network.New(cfg, spec.egress, spec.ingress)
 	if err != nil || cfg.Slirp4netns == "" {
 		return n, err
 	}
-	// Name lookups go to slirp4netns's resolver, the only one the egress
-	// table admits.
+	// Name lookups go to the server's filter (network.DNSAddr), the only
+	// resolver the lease can reach unless its egress is "*".
 	if err := s.machineSpec(l).WriteRootFile("/etc/resolv.conf", []byte(network.ResolvConf)); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("the lease's resolv.conf: %w", err)

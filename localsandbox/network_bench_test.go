@@ -60,7 +60,7 @@ func BenchmarkEgressThroughput(b *testing.B) {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	set, _ := compileEgress(context.Background(), EgressAny, nil)
+	set, _ := srv.compileEgress(context.Background(), nil)
 	sh, _ := lookupShape("")
 	l, err := srv.createLease(leaseSpec{shape: sh, labels: map[string]string{}, net: netSpec{egress: set}})
 	if err != nil {

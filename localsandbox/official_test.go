@@ -59,7 +59,7 @@ func TestCreateTakesAndAnswersTheOfficialFields(t *testing.T) {
 	const secret = "s3cret-value-not-to-be-shown"
 	status, body := ts.rawCall("POST", "/sandboxes", map[string]any{
 		"shape": "s-2vcpu-4gb", "name": "my-box", "region": "local", "rootfs": "devbox:1", "disk_mib": 256,
-		"envs": map[string]string{"GREETING": "hi", "TOKEN": secret}, "egress": []string{"10.0.0.1:443"},
+		"envs": map[string]string{"GREETING": "hi", "TOKEN": secret}, "egress": []string{"*"},
 		"auto_pause_after_seconds": 600, "ingress_enabled": false,
 	})
 	if status != http.StatusOK || strings.Contains(body, secret) {

@@ -40,13 +40,22 @@ func TestOfficialTypeScriptSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := Options{}
-	_, slirpErr := exec.LookPath("slirp4netns")
-	egressEnforced := os.Geteuid() == 0 && slirpErr == nil
-	if egressEnforced {
-		opts.Egress = EgressAllowlist
+	// Egress as the SDK sees it under the policy off (a rule is refused)
+	// and, where it can be enforced, allowlist (rules are in force).
+	policies := []EgressPolicy{EgressOff}
+	if _, err := exec.LookPath("slirp4netns"); os.Geteuid() == 0 && err == nil {
+		policies = append(policies, EgressAllowlist)
 	}
-	ts := startServer(t, opts)
+	for _, policy := range policies {
+		t.Run("egress="+string(policy), func(t *testing.T) { runSDKFlows(t, node, dir, policy) })
+	}
+}
+
+// runSDKFlows runs flows.mjs in dir against a server whose egress policy
+// is policy.
+func runSDKFlows(t *testing.T, node, dir string, policy EgressPolicy) {
+	ts := startServer(t, Options{Egress: policy})
+	egressEnforced := policy != EgressOff
 	flag := func(b bool) string {
 		if b {
 			return "1"

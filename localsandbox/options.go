@@ -169,6 +169,17 @@ type Options struct {
 	// EgressHostLoopback lets leases with egress reach the host's
 	// 127.0.0.1 at 10.0.2.2 (this server's API too): for tests only.
 	EgressHostLoopback bool
+	// EgressAllow, under EgressAllowlist, are the operator's rules: a
+	// lease's rule must be within one of them (the same name, an address
+	// or CIDR inside theirs; their port or every port), and a lease asking
+	// for everything gets them. Empty: a lease may name any destination,
+	// and asking for everything gets nothing.
+	EgressAllow []string
+	// DNSUpstream is where the leases' resolver (the server's filter)
+	// forwards the queries of a lease whose egress is "*": IP addresses,
+	// with or without a port. Default: the host's /etc/resolv.conf
+	// nameservers. A lease with rules is answered from them alone.
+	DNSUpstream []string
 	// IngressDomain is the domain of preview URLs,
 	// <port>-<id>.<IngressDomain>. Default "localhost".
 	IngressDomain string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"strings"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
@@ -15,12 +16,16 @@ type networkFlags struct {
 	egress        string
 	ingressPublic bool
 	ingressDomain string
+	egressAllow   string
+	dnsUpstream   string
 
 	maxIngress, maxIngressPerSandbox, maxEgressConnections int
 }
 
 func (n *networkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.egress, "egress", "off", "the leases' outward network: off (loopback only), allowlist (only explicit egress rules) or any; other than off needs root and slirp4netns")
+	fs.StringVar(&n.egressAllow, "egress-allow", "", "with --egress allowlist: comma-separated rules a sandbox's rules must stay within; a sandbox asking for everything gets them (default: none, a sandbox may name any destination and everything gives nothing)")
+	fs.StringVar(&n.dnsUpstream, "dns-upstream", "", "comma-separated resolvers (IP[:port]) a sandbox whose egress is * sends its name lookups to (default: the host's /etc/resolv.conf nameservers); a sandbox with rules resolves only their names, answered by sandboxd")
 	fs.BoolVar(&n.ingressPublic, "ingress-public", false, "serve preview URLs, which carry no API key, on a non-loopback listener too")
 	fs.StringVar(&n.ingressDomain, "ingress-domain", "localhost", "domain of preview URLs: http://<port>-<sandbox id>.DOMAIN:<listen port>")
 	fs.IntVar(&n.maxIngress, "max-ingress-requests", 0, "preview requests proxied at once, open WebSockets included; past it 503 (default half of --max-connections-per-address)")
@@ -30,6 +35,12 @@ func (n *networkFlags) register(fs *flag.FlagSet) {
 
 func (n *networkFlags) apply(o *localsandbox.Options) {
 	o.Egress = localsandbox.EgressPolicy(n.egress)
+	if n.egressAllow != "" {
+		o.EgressAllow = strings.Split(n.egressAllow, ",")
+	}
+	if n.dnsUpstream != "" {
+		o.DNSUpstream = strings.Split(n.dnsUpstream, ",")
+	}
 	o.IngressPublic = n.ingressPublic
 	o.IngressDomain = n.ingressDomain
 	o.MaxIngressRequests = n.maxIngress

@@ -1,7 +1,8 @@
 // Package network is a lease's network: the namespace the server makes for
 // it, its outward path (slirp4netns), the kernel's egress rules (an
-// nftables table in that namespace), its counters, and the proxy of
-// preview requests into it. NETWORK.md says what a lease gets.
+// nftables table in that namespace), its resolver (the server's filter of
+// its name lookups), its counters, and the proxy of preview requests into
+// it. NETWORK.md says what a lease gets.
 //
 //	set, err := network.Compile(ctx, []string{"pypi.org:443"}, network.Grant{Rules: true}) // *InputError: 400
 //	n, err := network.New(network.Config{Slirp4netns: "/usr/bin/slirp4netns", MaxFlows: 1024, Marker: "SANDBOXFLOW_ROOT=/…", Cgroup: cg}, set, true)
@@ -23,20 +24,27 @@
 //     and Start, which clones the lease init into it.
 //   - The egress rule: egress.go, applyEgress — table inet sandboxd, chain
 //     egress on the output hook of the lease's namespace: loopback,
-//     established and related traffic, DNS to 10.0.2.3 and the rules'
-//     destinations accepted, a new flow past MaxFlows refused (conntrack's
-//     count, connlimit), everything else rejected at once (TCP reset,
-//     ICMP administratively prohibited). New applies it before
+//     established and related traffic and the rules' destinations
+//     accepted (no resolver but the lease's own, on loopback), a new flow
+//     past MaxFlows refused (conntrack's count, connlimit), everything
+//     else rejected at once (TCP reset, ICMP administratively
+//     prohibited). New applies it before
 //     slirp4netns starts; SetEgress replaces the table in one netlink
 //     transaction. Compile parses the rules (parseRule) and resolves their
 //     host names (Resolver).
+//   - The lease's resolver: dns.go — serveDNS opens a UDP socket and a TCP
+//     listener at DNSAddr (127.0.0.53:53) inside the namespace, served by
+//     the server's goroutines until Close; decideDNS answers a query from
+//     the egress in force (the rules' pinned addresses, REFUSED for other
+//     names, forwarded to Config.DNSUpstream only under "*"); rate, in
+//     flight, TCP connection and size caps per lease. The server writes
+//     ResolvConf, which names it, into the lease's root.
 //   - The outward path: network.go, startSlirp — slirp4netns attached to
-//     the namespace (tap0 10.0.2.100/24, gateway 10.0.2.2, resolver
-//     10.0.2.3), sandboxed, without the host's loopback unless
+//     the namespace (tap0 10.0.2.100/24, gateway 10.0.2.2, its resolver
+//     disabled), sandboxed, without the host's loopback unless
 //     HostLoopback, its descriptors bounded to MaxFlows + SlirpOwnFiles,
 //     in the lease's cgroup (its CPU and memory count against the lease's
-//     shape, and a pause freezes it). The server writes ResolvConf into
-//     the lease's root.
+//     shape, and a pause freezes it).
 //   - Counters: ReadCounters, tap0's bytes from /proc/<pid>/net/dev.
 //   - Preview requests: ingress.go, Proxy — a reverse proxy (WebSockets
 //     too) whose connections are dialled from inside the namespace, at

@@ -29,8 +29,8 @@ import (
 //
 // The rules are enforced by the kernel: an nftables table in the lease's
 // network namespace (table inet sandboxd, chain egress on the output hook)
-// accepts loopback, the replies of established connections, DNS to the
-// user-mode network's resolver (when any rule is in force) and the
+// accepts loopback (where the lease's resolver, the server's filter,
+// listens: dns.go), the replies of established connections and the
 // destinations of the rules; everything else is rejected at once (a TCP
 // reset, ICMP administratively prohibited), so a refused connect fails
 // fast rather than timing out. A new rule set replaces the table in one
@@ -108,7 +108,7 @@ func parseRule(text string) (rule, error) {
 			}
 			r.prefixes = []netip.Prefix{netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())}
 		} else if ValidHostName(hostPart) {
-			r.host = strings.ToLower(hostPart)
+			r.host = strings.ToLower(strings.TrimSuffix(hostPart, "."))
 		} else {
 			return bad("not a host name, an IP address or a CIDR")
 		}
@@ -173,14 +173,77 @@ var Resolver = func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// Grant is what the operator's policy lets a lease have: All, everything
-// when it asks for everything ("*", or no rule at all, as the API reads
-// it); Rules, the destinations its rules name. Neither: nothing.
-type Grant struct{ All, Rules bool }
+// Grant is what the operator's policy lets a lease have, and what asking
+// for everything ("*", or no rule at all, as the API reads it) gives:
+//
+//	All     everything
+//	Rules   the destinations the lease names; with Within, only those
+//	        within the operator's rules, and "*" gives those rules
+//	neither nothing; a rule is refused
+//
+// Policy names the operator's policy in refusals.
+type Grant struct {
+	Policy     string
+	All, Rules bool
+	Within     []string
+}
 
-// Compile parses the rules a client asked for, caps them with what g
-// grants and resolves the host names of what remains. Bad rules are an
-// *InputError whatever g grants.
+// CapError is a rule the operator's policy does not allow (403 at the
+// API): refused, never stored as nothing.
+type CapError struct {
+	Rule, Policy string
+	Within       bool // the policy has rules of its own (Grant.Within)
+}
+
+func (e *CapError) Error() string {
+	switch {
+	case e.Within:
+		return fmt.Sprintf("egress rule %q is not within this server's egress allowlist (--egress allowlist --egress-allow …)", e.Rule)
+	case e.Policy == "off" || e.Policy == "":
+		return fmt.Sprintf("egress rule %q: this server's egress policy is off (--egress off): sandboxes have no outward network", e.Rule)
+	}
+	return fmt.Sprintf("egress rule %q is not allowed by this server's egress policy (--egress %s)", e.Rule, e.Policy)
+}
+
+// CheckRules checks the operator's own rules (Grant.Within): each a rule
+// as a lease's, "*" excluded.
+func CheckRules(rules []string) error {
+	if len(rules) > maxEgressRules {
+		return badRequest("at most %d egress rules", maxEgressRules)
+	}
+	for _, text := range rules {
+		if text == EgressAll {
+			return badRequest("%q is not a rule of an allowlist", text)
+		}
+		if _, err := parseRule(text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// within reports whether every destination of r is one of c's: the same
+// name, or addresses inside c's prefix; c's port or every port.
+func (r rule) within(c rule) bool {
+	if c.port != 0 && c.port != r.port {
+		return false
+	}
+	if r.host != "" || c.host != "" {
+		return r.host == c.host
+	}
+	for _, p := range r.prefixes {
+		if p.Bits() < c.prefixes[0].Bits() || !c.prefixes[0].Contains(p.Addr()) {
+			return false
+		}
+	}
+	return true
+}
+
+// Compile parses the rules a client asked for, checks them against what g
+// grants and resolves the host names of what is granted. Bad rules are an
+// *InputError, rules beyond g a *CapError; asking for everything gets all
+// that g grants (g.Within under an allowlist of the operator's, nothing
+// under one without). Nothing asked for is ever silently dropped.
 func Compile(ctx context.Context, requested []string, g Grant) (Egress, error) {
 	if len(requested) > maxEgressRules {
 		return Egress{}, badRequest("at most %d egress rules", maxEgressRules)
@@ -189,7 +252,14 @@ func Compile(ctx context.Context, requested []string, g Grant) (Egress, error) {
 		set  Egress
 		seen = map[string]bool{}
 	)
+	add := func(r rule) {
+		if !seen[r.text] {
+			seen[r.text] = true
+			set.rules = append(set.rules, r)
+		}
+	}
 	wantAll := len(requested) == 0
+	var asked []rule
 	for _, text := range requested {
 		if text == EgressAll {
 			wantAll = true
@@ -199,16 +269,35 @@ func Compile(ctx context.Context, requested []string, g Grant) (Egress, error) {
 		if err != nil {
 			return Egress{}, err
 		}
-		if !seen[text] {
-			seen[text] = true
-			set.rules = append(set.rules, r)
+		asked = append(asked, r)
+	}
+	var within []rule
+	for _, text := range g.Within {
+		r, err := parseRule(text)
+		if err != nil {
+			return Egress{}, err
+		}
+		within = append(within, r)
+	}
+	for _, r := range asked {
+		allowed := g.All || g.Rules && len(within) == 0
+		for _, c := range within {
+			allowed = allowed || r.within(c)
+		}
+		if !allowed {
+			return Egress{}, &CapError{Rule: r.text, Policy: g.Policy, Within: len(within) > 0}
 		}
 	}
-	switch {
-	case g.All && wantAll:
+	if wantAll && g.All {
 		return Egress{all: true}, nil
-	case !g.Rules:
-		return Egress{}, nil
+	}
+	if wantAll {
+		for _, c := range within {
+			add(c)
+		}
+	}
+	for _, r := range asked {
+		add(r)
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -234,10 +323,6 @@ const (
 	egressTable = "sandboxd"
 	egressChain = "egress"
 )
-
-// slirpDNS is the user-mode network's resolver (slirp4netns's default
-// network 10.0.2.0/24).
-var slirpDNS = netip.MustParseAddr("10.0.2.3")
 
 // applyEgress replaces the egress table of the network namespace netns
 // with set, and a cap of maxFlows flows, in one transaction.
@@ -291,9 +376,6 @@ func applyEgress(netns int, set Egress, maxFlows int) error {
 	case set.all:
 		add(accept)
 	case !set.none():
-		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			add(append(matchDest(netip.PrefixFrom(slirpDNS, 32), proto, 53), accept)...)
-		}
 		for _, r := range set.rules {
 			for _, p := range r.prefixes {
 				if r.port == 0 {

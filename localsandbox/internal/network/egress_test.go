@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,11 +42,15 @@ func TestParseEgressRule(t *testing.T) {
 
 // The grants of the server's policies (localsandbox.EgressPolicy).
 var (
-	grantOff       = Grant{}
-	grantAllowlist = Grant{Rules: true}
-	grantAny       = Grant{All: true, Rules: true}
+	grantOff       = Grant{Policy: "off"}
+	grantAllowlist = Grant{Policy: "allowlist", Rules: true}
+	grantAny       = Grant{Policy: "any", All: true, Rules: true}
+	grantWithin    = Grant{Policy: "allowlist", Rules: true, Within: []string{"pypi.example", "10.0.0.0/8:443", "[2001:db8::1]:53"}}
 )
 
+// Asking for everything ("*", [] or nil) gets all the policy allows; a
+// rule beyond it is a *CapError, never dropped (before: a rule under
+// "off" and "*" under "allowlist" became nothing, answered 200 []).
 func TestCompileGrantsAndResolves(t *testing.T) {
 	orig := Resolver
 	t.Cleanup(func() { Resolver = orig })
@@ -59,17 +64,40 @@ func TestCompileGrantsAndResolves(t *testing.T) {
 	for _, c := range []struct {
 		grant     Grant
 		requested []string
-		want      []string
+		want      []string // nil: refused, a *CapError
 	}{
+		{grantOff, nil, []string{}},
+		{grantOff, []string{}, []string{}},
 		{grantOff, []string{"*"}, []string{}},
-		{grantOff, []string{"pypi.example:443"}, []string{}},
+		{grantOff, []string{"pypi.example:443"}, nil},
+		{grantOff, []string{"*", "10.9.8.7:443"}, nil},
 		{grantAllowlist, nil, []string{}},
+		{grantAllowlist, []string{"*"}, []string{}},
 		{grantAllowlist, []string{"*", "pypi.example:443"}, []string{"pypi.example:443"}},
+		{grantAllowlist, []string{"192.0.2.1:22"}, []string{"192.0.2.1:22"}},
+		{grantWithin, nil, grantWithin.Within},
+		{grantWithin, []string{"*"}, grantWithin.Within},
+		{grantWithin, []string{"PyPI.example.:443", "10.1.2.0/24:443", "10.3.4.5:443", "[2001:db8::1]:53"},
+			[]string{"PyPI.example.:443", "10.1.2.0/24:443", "10.3.4.5:443", "[2001:db8::1]:53"}},
+		{grantWithin, []string{"*", "10.3.4.5:443"}, append(slices.Clone(grantWithin.Within), "10.3.4.5:443")},
+		{grantWithin, []string{"other.example:443"}, nil},
+		{grantWithin, []string{"10.3.4.5:80"}, nil},    // another port
+		{grantWithin, []string{"10.3.4.5"}, nil},       // every port, wider than 443
+		{grantWithin, []string{"10.0.0.0/7:443"}, nil}, // a wider prefix
+		{grantWithin, []string{"192.0.2.7:443"}, nil},  // pypi.example's address, not its name
 		{grantAny, nil, []string{"*"}},
+		{grantAny, []string{}, []string{"*"}},
 		{grantAny, []string{"pypi.example:443", "*"}, []string{"*"}},
 		{grantAny, []string{"pypi.example:443", "pypi.example:443"}, []string{"pypi.example:443"}},
 	} {
 		set, err := Compile(ctx, c.requested, c.grant)
+		if c.want == nil {
+			var ce *CapError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.grant.Policy) && !ce.Within {
+				t.Errorf("%+v %q: %q, %v; want a *CapError naming the policy", c.grant, c.requested, set.List(), err)
+			}
+			continue
+		}
 		if err != nil || !slices.Equal(set.List(), c.want) {
 			t.Errorf("%+v %q: %q, %v; want %q", c.grant, c.requested, set.List(), err, c.want)
 		}
@@ -78,7 +106,14 @@ func TestCompileGrantsAndResolves(t *testing.T) {
 	if err != nil || len(set.rules) != 1 || len(set.rules[0].prefixes) != 2 {
 		t.Fatalf("resolved %+v, %v", set, err)
 	}
-	if _, err := Compile(ctx, []string{"nowhere.example:443"}, grantAllowlist); err == nil {
-		t.Error("an unresolvable host was accepted")
+	var ie *InputError
+	if _, err := Compile(ctx, []string{"nowhere.example:443"}, grantAllowlist); !errors.As(err, &ie) {
+		t.Errorf("an unresolvable host: %v", err)
+	}
+	if _, err := Compile(ctx, []string{"not a rule"}, grantOff); !errors.As(err, &ie) {
+		t.Errorf("a bad rule under off: %v, want an *InputError first", err)
+	}
+	if err := CheckRules([]string{"pypi.example", "*"}); err == nil {
+		t.Error("an operator's allowlist holding *")
 	}
 }

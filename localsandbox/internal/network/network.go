@@ -33,8 +33,9 @@ import (
 // The outward path, with Options.Egress other than off, is slirp4netns
 // (Debian's package of the same name), started by the server for each
 // lease and attached to its namespace: user-mode networking, a TAP device
-// tap0 (10.0.2.100/24, gateway 10.0.2.2, resolver 10.0.2.3) whose TCP and
-// UDP flows slirp4netns re-creates as ordinary sockets of its own on the
+// tap0 (10.0.2.100/24, gateway 10.0.2.2; its resolver 10.0.2.3 disabled:
+// the lease's resolver is the server's filter, dns.go) whose TCP and UDP
+// flows slirp4netns re-creates as ordinary sockets of its own on the
 // host. Why slirp4netns rather than a veth pair with NAT: it needs no
 // change to the host's network configuration (no forwarding, no NAT
 // rules, no addresses), so a lease cannot reach anything the server
@@ -61,7 +62,8 @@ type Net struct {
 	slirpExit *os.File      // closing it ends slirp4netns
 	slirpDone chan struct{} // closed once slirp4netns was reaped
 
-	maxFlows int // the egress table's cap on the lease's flows
+	maxFlows int       // the egress table's cap on the lease's flows
+	dns      *leaseDNS // the lease's resolver (dns.go)
 
 	mu               sync.Mutex
 	egress           Egress
@@ -89,13 +91,10 @@ type Config struct {
 	// Cgroup is the lease's control group, which slirp4netns joins (nil:
 	// none).
 	Cgroup interface{ AddProc(pid int) error }
+	// DNSUpstream is where the lease's resolver forwards queries when its
+	// egress is "*" (DNSUpstream's result).
+	DNSUpstream []string
 }
-
-// ResolvConf sends the lease's name lookups to slirp4netns's resolver,
-// the only one its egress table admits (the host's may be on the host's
-// loopback, which the lease cannot reach). The server writes it into the
-// lease's root when the lease has an outward path.
-const ResolvConf = "# written by sandboxd: the user-mode network's resolver (slirp4netns)\nnameserver 10.0.2.3\n"
 
 // New makes a lease's network namespace, with loopback up, the egress
 // table in place and, with cfg.Slirp4netns, slirp4netns attached (in
@@ -123,6 +122,9 @@ func New(cfg Config, egress Egress, ingress bool) (_ *Net, err error) {
 	if err := applyEgress(int(ns.Fd()), egress, n.maxFlows); err != nil {
 		return nil, err
 	}
+	if n.dns, err = serveDNS(ns, cfg.DNSUpstream, n.egressInForce); err != nil {
+		return nil, err
+	}
 	if err := n.startSlirp(cfg); err != nil {
 		return nil, err
 	}
@@ -142,7 +144,9 @@ func (n *Net) startSlirp(cfg Config) error {
 		readyW.Close()
 		return err
 	}
-	args := []string{"--configure", "--mtu=65520", "--enable-sandbox", "--enable-seccomp",
+	// Without its resolver (--disable-dns): it would forward any query to
+	// the host's, past the egress rules (dns.go).
+	args := []string{"--configure", "--mtu=65520", "--enable-sandbox", "--enable-seccomp", "--disable-dns",
 		"--ready-fd=3", "--exit-fd=4", "--netns-type=path"}
 	if !cfg.HostLoopback {
 		args = append(args, "--disable-host-loopback")
@@ -223,6 +227,13 @@ func (n *Net) SetEgress(set Egress) error {
 	return nil
 }
 
+// egressInForce is the egress in force, for the lease's resolver.
+func (n *Net) egressInForce() Egress {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.egress
+}
+
 // State returns the egress in force, whether the lease takes preview
 // requests, and whether it has an outward path (slirp4netns).
 func (n *Net) State() (egress Egress, ingress, outward bool) {
@@ -261,6 +272,7 @@ func (n *Net) Close() {
 	if transport != nil {
 		transport.CloseIdleConnections()
 	}
+	n.dns.close()
 	if slirp != nil {
 		n.slirpExit.Close()
 		select {

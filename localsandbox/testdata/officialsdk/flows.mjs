@@ -13,6 +13,7 @@ import {
   CreateosSandboxApiError,
   CreateosSandboxAuthError,
   CreateosSandboxNotFoundError,
+  CreateosSandboxPermissionError,
   CreateosSandboxValidationError,
 } from "@nodeops-createos/sandbox";
 
@@ -121,7 +122,7 @@ await check("create", async () => {
     shape: "s-1vcpu-1gb",
     name,
     envs: { SDK_GREETING: "hello from envs", SDK_SECRET: secret },
-    egress: ["10.0.2.2:8080"],
+    egress: egressEnforced ? ["10.0.2.2:8080"] : ["*"],
     disk_mib: 512,
     auto_pause_after_seconds: 600,
     ingress_enabled: canIngress,
@@ -235,11 +236,19 @@ await check("declinedRoutes", async () => {
 await check("egress", async () => {
   const got = await needSandbox().getEgress();
   eq(got, { id: sb.id, egress: egressEnforced ? ["10.0.2.2:8080"] : [] }, "getEgress");
-  const set = await sb.setEgress(["10.0.2.3:53", "10.9.9.9:443"]);
-  eq(set, { id: sb.id, egress: egressEnforced ? ["10.0.2.3:53", "10.9.9.9:443"] : [] }, "setEgress");
-  eq(await sb.getEgress(), set, "getEgress after setEgress");
+  if (egressEnforced) {
+    const set = await sb.setEgress(["10.0.2.3:53", "10.9.9.9:443"]);
+    eq(set, { id: sb.id, egress: ["10.0.2.3:53", "10.9.9.9:443"] }, "setEgress");
+    eq(await sb.getEgress(), set, "getEgress after setEgress");
+  } else {
+    // A rule beyond the server's policy (off) is refused, not stored as nothing.
+    const err = await rejects(() => sb.setEgress(["10.9.9.9:443"]), CreateosSandboxPermissionError, [403], "a rule under egress off");
+    eq(err.code, "EGRESS_NOT_ALLOWED", "the refusal's code");
+    eq(await sb.getEgress(), got, "getEgress after a refused setEgress");
+  }
+  // Allow all: all that the policy allows (allowlist without operator rules, or off: nothing).
   const all = await sb.setEgress(null);
-  assert(Array.isArray(all.egress), "setEgress(null)");
+  eq(all, { id: sb.id, egress: [] }, "setEgress(null)");
   await rejects(() => sb.setEgress(["not a rule"]), CreateosSandboxValidationError, [400], "a bad rule");
 });
 
