@@ -69,7 +69,8 @@ const (
 // it: with MountFDs a detached mount of the lease directory (overlays and
 // binds need their directories on a mount of the init's own mount
 // namespace, and the init may not be able to reach it by path); then one
-// detached mount per layer with LowerFD, in order. Without MountFDs (a
+// detached mount per layer with LowerFD (and one per path of its Above),
+// in order. Without MountFDs (a
 // server that is not root cannot make detached mounts) the init opens
 // LeaseDir itself.
 type Config struct {
@@ -98,6 +99,11 @@ type Layer struct {
 	// Neither: Target is the upper directory itself.
 	Lower   string `json:"lower,omitempty"`
 	LowerFD bool   `json:"lower_fd,omitempty"`
+	// Above are further read-only layers over Lower, the topmost last (a
+	// template's build layers over its image): host paths, or with
+	// LowerFD one more detached mount each, after Lower's (the paths
+	// then empty: only their number counts).
+	Above []string `json:"above,omitempty"`
 }
 
 // Symlink is a symlink of the lower layer's top, recreated in /.
