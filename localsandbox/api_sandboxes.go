@@ -53,6 +53,7 @@ func (s *Server) routes() http.Handler {
 	} {
 		mux.Handle(pattern, s.endpoint(h))
 	}
+	s.templateRoutes(mux)
 	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
