@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 type templateData struct {
@@ -280,5 +281,106 @@ func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
 	ts.mustCall("GET", "/templates", nil, &list)
 	if list.Pagination.Total != 3 {
 		t.Errorf("%d templates, want the 3 failed ones", list.Pagination.Total)
+	}
+}
+
+// A build that plants symlinks to host files, and files of every id of its
+// range, cannot steer the server keeping, re-owning or removing its layer:
+// the copy keeps the links as links (a lease on the template does not read
+// the host file through them), the id shift re-owns no host file, and the
+// delete removes no host file.
+func TestTemplateBuildSymlinksDoNotReachTheHost(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Owned by the root of the first id range, which the build sandbox
+	// takes: a shift that followed the link would give it to host root.
+	base := ts.srv.opts.HostIDBase
+	for _, p := range []string{hostDir, secret} {
+		if err := os.Lchown(p, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, lines, status := ts.buildTemplate("links", "FROM devbox:1\n"+
+		"RUN ln -s "+secret+" /opt/file-link && ln -s "+hostDir+" /opt/dir-link && mkdir -p /opt/d && ln -s "+hostDir+" /opt/d/x && chown -h 1000:1000 /opt/file-link\n")
+	if status != templateReady {
+		t.Fatalf("build: %s; log %q", status, lines)
+	}
+	layer := filepath.Join(ts.root, templatesDir, id, layerDir)
+	if fi, err := os.Lstat(filepath.Join(layer, "opt/file-link")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the layer's link is not a link: %v %v", fi, err)
+	}
+	l, code := ts.createOn("links")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/file-link /opt/dir-link/secret 2>&1; readlink /opt/file-link"); strings.Contains(r.Stdout, "host secret") || !strings.Contains(r.Stdout, secret) {
+		t.Errorf("a lease on the template: %+v", r)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
+	ts.mustCall("DELETE", "/templates/"+id, nil, nil)
+	var st unix.Stat_t
+	if err := unix.Lstat(secret, &st); err != nil {
+		t.Fatalf("the host file is gone: %v", err)
+	}
+	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
+		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
+	}
+	if data, _ := os.ReadFile(secret); string(data) != "host secret\n" {
+		t.Errorf("the host file was changed: %q", data)
+	}
+}
+
+// A build that a shutdown stops fails, its build sandbox gone, and so does
+// one that a crash left building: a restarted server says so, and keeps
+// neither's layer.
+func TestTemplateBuildStoppedByAShutdownFails(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	root := filepath.Join(t.TempDir(), "root")
+	ts := startServer(t, Options{Root: root})
+	var v templateData
+	ts.mustCall("POST", "/templates", map[string]any{"name": "slow", "dockerfile": "FROM devbox:1\nRUN echo started; sleep 600\n"}, &v)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // polled, as clients do
+		resp := ts.request("GET", "/templates/slow/logs", nil, nil)
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(text), "started\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the build did not start its step: %q", text)
+		}
+	}
+	if err := ts.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoProcesses(t, root)
+	if entries, _ := os.ReadDir(filepath.Join(root, leasesDir)); len(entries) != 0 {
+		t.Errorf("the build sandbox was left: %v", entries)
+	}
+	// And one that a crash left building.
+	meta := filepath.Join(root, templatesDir, v.ID, "meta.json")
+	data, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(meta, []byte(strings.Replace(string(data), `"status":"failed"`, `"status":"building"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ts = startServer(t, Options{Root: root})
+	lines, status := ts.followTemplate(v.ID)
+	if status != templateFailed || !hasLine(lines, "build failed: the build was stopped: the server shut down") || !hasLine(lines, "the build was interrupted by a restart of the server") {
+		t.Errorf("after a restart: %s; log %q", status, lines)
+	}
+	if _, err := os.Stat(filepath.Join(root, templatesDir, v.ID, layerDir)); !os.IsNotExist(err) {
+		t.Errorf("an unfinished build's layer is kept (%v)", err)
 	}
 }

@@ -11,9 +11,13 @@ import (
 // which routes sandboxd serves. It says what routes() serves: every route
 // served is in a row marked sandboxd, and every such row has a route.
 func TestRouteIndexSaysWhatTheServerServes(t *testing.T) {
-	src, err := os.ReadFile("api_sandboxes.go")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, file := range []string{"api_sandboxes.go", "api_templates.go"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	var served [][2]string // method, path with each {param} as {}
 	param := regexp.MustCompile(`\{[a-z]+\}`)

@@ -37,7 +37,7 @@ import (
 // cannot be renamed out of the lease: it lives on the lease's own disk.
 //
 // A template is a directory of <Root>/templates: <id>/{meta.json,
-// dockerfile, log, layer/}. Templates are the server's, as its leases are,
+// dockerfile, log.ndjson, layer/}. Templates are the server's, as its leases are,
 // not the machine's as the recipe-built images of the image cache are:
 // another server does not see them. A restarted server loads them; a build
 // that a restart interrupted is failed. A deleted template leaves the
@@ -55,11 +55,16 @@ const (
 )
 
 const (
-	templatesDir = "templates" // in Options.Root
-	layerDir     = "layer"     // a template's build layer, in its directory
-	deletedDir   = ".deleted-" // prefix of a deleted template's directory
+	templatesDir = "templates"  // in Options.Root
+	layerDir     = "layer"      // a template's build layer, in its directory
+	logFile      = "log.ndjson" // its build's log, the events of the follow stream
+	deletedDir   = ".deleted-"  // prefix of a deleted template's directory
 	// templateBuildTimeout bounds one build.
 	templateBuildTimeout = 30 * time.Minute
+	// maxTemplateBuilds is how many builds run at once; the others stay
+	// pending until one ends. Each holds a build lease, outside
+	// Options.MaxLeases.
+	maxTemplateBuilds = 2
 	// maxTemplateLogLine is the longest line of a build's log: longer
 	// output is cut into lines of that length.
 	maxTemplateLogLine = 16 << 10
@@ -114,6 +119,8 @@ type templateStore struct {
 	retired map[string]templateMeta
 	// bases counts the running builds on each template id.
 	bases map[string]int
+	// slots holds a token for each running build (maxTemplateBuilds).
+	slots chan struct{}
 }
 
 // loadTemplates opens <Root>/templates, loading the templates a previous
@@ -128,7 +135,8 @@ func (s *Server) loadTemplates() (*templateStore, error) {
 		return nil, fmt.Errorf("localsandbox: templates: %w", err)
 	}
 	st := &templateStore{dir: filepath.Join(s.opts.Root, templatesDir), byID: map[string]*tmpl{},
-		deleted: map[string]bool{}, retired: map[string]templateMeta{}, bases: map[string]int{}}
+		deleted: map[string]bool{}, retired: map[string]templateMeta{}, bases: map[string]int{},
+		slots: make(chan struct{}, maxTemplateBuilds)}
 	entries, err := os.ReadDir(st.dir)
 	if err != nil {
 		return nil, err
@@ -180,11 +188,14 @@ func loadTemplate(dir string) (*tmpl, error) {
 		return nil, err
 	}
 	t.dockerfile = string(df)
-	logText, _ := os.ReadFile(filepath.Join(dir, "log"))
-	sc := bufio.NewScanner(bytes.NewReader(logText))
+	logData, _ := os.ReadFile(filepath.Join(dir, logFile))
+	sc := bufio.NewScanner(bytes.NewReader(logData))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		t.log = append(t.log, logEvent{Line: sc.Text()})
+		var e logEvent
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			t.log = append(t.log, e)
+		}
 	}
 	return t, nil
 }
@@ -193,10 +204,10 @@ func loadTemplate(dir string) (*tmpl, error) {
 func (t *tmpl) save() error {
 	t.mu.Lock()
 	meta, _ := json.Marshal(t.meta)
-	var logText strings.Builder
+	var logData bytes.Buffer
+	enc := json.NewEncoder(&logData)
 	for _, e := range t.log {
-		logText.WriteString(e.Line)
-		logText.WriteByte('\n')
+		enc.Encode(e)
 	}
 	t.mu.Unlock()
 	dir, err := hostfs.Open(t.dir)
@@ -204,7 +215,7 @@ func (t *tmpl) save() error {
 		return err
 	}
 	defer dir.Close()
-	if err := dir.WriteFile("log", []byte(logText.String()), 0o600, nil); err != nil {
+	if err := dir.WriteFile(logFile, logData.Bytes(), 0o600, nil); err != nil {
 		return err
 	}
 	return dir.WriteFile("meta.json", meta, 0o600, nil)
@@ -410,19 +421,29 @@ func (s *Server) reapTemplates() {
 
 // buildTemplate builds t, in a worker of the server: a shutdown ends it.
 func (s *Server) buildTemplate(t *tmpl) {
-	ctx, cancel := context.WithTimeout(context.Background(), templateBuildTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, templateBuildTimeout, fmt.Errorf("it took longer than %s", templateBuildTimeout))
+	defer cancelTimeout()
 	go func() {
 		select {
 		case <-s.done:
-			cancel()
+			cancel(errors.New("the server shut down"))
 		case <-ctx.Done():
 		}
 	}()
-	if err := t.setStatus(templateBuilding); err != nil {
-		s.log.Warn("saving a template failed", "template", t.meta.ID, "err", err)
+	slots := s.images.templates.slots
+	var err error
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+		if err := t.setStatus(templateBuilding); err != nil {
+			s.log.Warn("saving a template failed", "template", t.meta.ID, "err", err)
+		}
+		err = s.runBuild(ctx, t)
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
-	err := s.runBuild(ctx, t)
 	status := templateReady
 	if err != nil {
 		status = templateFailed

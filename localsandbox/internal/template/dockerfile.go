@@ -140,8 +140,8 @@ func Parse(src string) (*Dockerfile, error) {
 			st.Dir, st.User = "/", "" // made as root, as Docker makes it
 		case "USER":
 			f := strings.Fields(rest)
-			if len(f) != 1 {
-				return fail("USER takes one user[:group]")
+			if len(f) != 1 || strings.Contains(f[0], ":") {
+				return fail("USER takes one user (its own group; user:group is not supported)")
 			}
 			df.User = f[0]
 		}

@@ -60,6 +60,7 @@ func TestParseNamesTheLineOfWhatIsNotSupported(t *testing.T) {
 		{"FROM a\nFOO bar\n", `line 2: unknown instruction "FOO"`},
 		{"FROM a\nENV 1X=2\n", `line 2: ENV: bad variable name "1X"`},
 		{"FROM a\nRUN [\"unterminated\"\n", "line 2: RUN's exec form must be a JSON array of strings"},
+		{"FROM a\nUSER app:staff\n", "line 2: USER takes one user (its own group; user:group is not supported)"},
 		{"# only a comment\n", "the Dockerfile is empty"},
 	} {
 		_, err := Parse(c.src)
