@@ -29,7 +29,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/3"
+const ProtocolVersion = "sandboxflow-init/4"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
