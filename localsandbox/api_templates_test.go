@@ -384,3 +384,23 @@ func TestTemplateBuildStoppedByAShutdownFails(t *testing.T) {
 		t.Errorf("an unfinished build's layer is kept (%v)", err)
 	}
 }
+
+// A build's log keeps at most maxTemplateOutputBytes of its steps' output,
+// and says that it dropped the rest.
+func TestTemplateBuildLogIsBounded(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	_, lines, status := ts.buildTemplate("loud", "FROM devbox:1\nRUN head -c 6000000 /dev/zero | tr '\\0' x | fold -w 1000; echo last-line\n")
+	if status != templateReady {
+		t.Fatalf("build: %s", status)
+	}
+	kept := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "xxxx") {
+			kept += len(l)
+		}
+	}
+	if kept > maxTemplateOutputBytes || kept < maxTemplateOutputBytes-1000 || !hasLine(lines, "the rest of the build's output is not kept") || slices.Contains(lines, "last-line") {
+		t.Errorf("kept %d bytes of 6000000 output (cap %d); cut line: %v", kept, maxTemplateOutputBytes, hasLine(lines, "not kept"))
+	}
+}

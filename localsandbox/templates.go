@@ -68,6 +68,9 @@ const (
 	// maxTemplateLogLine is the longest line of a build's log: longer
 	// output is cut into lines of that length.
 	maxTemplateLogLine = 16 << 10
+	// maxTemplateOutputBytes is the most of its steps' output a build's
+	// log keeps; the rest is dropped, and the log says so.
+	maxTemplateOutputBytes = 4 << 20
 )
 
 // tmpl is one template.
@@ -80,6 +83,9 @@ type tmpl struct {
 	mu      sync.Mutex
 	log     []logEvent
 	changed chan struct{} // closed and replaced at each log line and state change
+	// outputBytes counts the steps' output in the log, at most
+	// maxTemplateOutputBytes.
+	outputBytes int
 }
 
 // templateMeta is what meta.json keeps of a template.
@@ -226,6 +232,24 @@ func (t *tmpl) logf(level, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.log = append(t.log, logEvent{TS: time.Now().UTC(), Level: level, Line: fmt.Sprintf(format, args...)})
+	t.changedLocked()
+}
+
+// output appends a line of a step's output to the log, unless the log
+// holds maxTemplateOutputBytes of output already.
+func (t *tmpl) output(line []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.outputBytes > maxTemplateOutputBytes:
+		return
+	case t.outputBytes+len(line) > maxTemplateOutputBytes:
+		t.outputBytes = maxTemplateOutputBytes + 1
+		line = fmt.Appendf(nil, "(the rest of the build's output is not kept: the log keeps %d MiB of it)", maxTemplateOutputBytes>>20)
+	default:
+		t.outputBytes += len(line)
+	}
+	t.log = append(t.log, logEvent{TS: time.Now().UTC(), Level: "info", Line: string(line)})
 	t.changedLocked()
 }
 
@@ -378,9 +402,6 @@ func (s *Server) deleteTemplate(t *tmpl) error {
 			return conflict(fmt.Sprintf("template %s is built on this template; delete it first", other.meta.ID))
 		}
 	}
-	delete(st.byID, meta.ID)
-	st.deleted[meta.ID], st.deleted[meta.Name] = true, true
-	st.retired[meta.ID] = meta
 	// Renaming a directory the server made in its own templates directory:
 	// nothing of a lease is walked or followed.
 	root, err := hostfs.Open(st.dir)
@@ -391,24 +412,46 @@ func (s *Server) deleteTemplate(t *tmpl) error {
 	if err := unix.Renameat(root.FD(), meta.ID, root.FD(), deletedDir+meta.ID); err != nil {
 		return fmt.Errorf("retiring template %s: %w", meta.ID, err)
 	}
+	delete(st.byID, meta.ID)
+	st.deleted[meta.ID], st.deleted[meta.Name] = true, true
+	st.retired[meta.ID] = meta
 	s.log.Info("template deleted", "template", meta.ID, "name", meta.Name)
 	return nil
 }
 
 // reapTemplates removes the directories of deleted templates on which no
-// lease runs any more.
+// lease runs any more, nor a build, nor a template a lease runs on is
+// built. It waits for a quiet moment: while a create is in flight, the
+// template it resolved may be one just deleted.
 func (s *Server) reapTemplates() {
 	st := s.images.templates
 	s.mu.Lock()
-	inUse := map[string]bool{}
+	if s.creating > 0 {
+		s.mu.Unlock()
+		return
+	}
+	var rootfs []string
 	for _, l := range s.leases {
-		inUse[l.rootfs] = true
+		rootfs = append(rootfs, l.rootfs)
 	}
 	s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	for id, n := range st.bases {
+		if n > 0 {
+			rootfs = append(rootfs, id)
+		}
+	}
+	inUse := map[string]bool{}
+	for _, id := range rootfs {
+		if meta, ok := st.readyLocked(id); ok {
+			for _, layer := range meta.Chain {
+				inUse[layer] = true
+			}
+		}
+	}
 	for id := range st.retired {
-		if inUse[id] || st.bases[id] > 0 {
+		if inUse[id] {
 			continue
 		}
 		if err := hostfs.RemoveAll(filepath.Join(st.dir, deletedDir+id)); err != nil {
@@ -479,13 +522,21 @@ func (s *Server) runBuild(ctx context.Context, t *tmpl) error {
 	if err != nil {
 		return err
 	}
+	// Held from here: a template deleted meanwhile keeps its layers for
+	// this build (reapTemplates).
 	st := s.images.templates
 	st.mu.Lock()
+	if _, live := st.byID[rootfs]; chain != nil && !live {
+		st.mu.Unlock()
+		return fmt.Errorf("FROM %s: the template was deleted", clip(from, maxEcho))
+	}
 	st.bases[rootfs]++
 	st.mu.Unlock()
 	defer func() {
 		st.mu.Lock()
-		st.bases[rootfs]--
+		if st.bases[rootfs]--; st.bases[rootfs] == 0 {
+			delete(st.bases, rootfs)
+		}
 		st.mu.Unlock()
 	}()
 	sh, _ := lookupShape(defaultShape)
@@ -509,7 +560,7 @@ func (s *Server) runBuild(ctx context.Context, t *tmpl) error {
 		t.logf("info", "Step %d/%d (line %d): %s", i+1, len(df.Steps), step.Line, step.Text)
 		code, err := s.runStep(ctx, t, l, step)
 		if err != nil {
-			return fmt.Errorf("line %d: %s: %w", step.Line, step.Text, err)
+			return fmt.Errorf("line %d: %s: %w", step.Line, clip(step.Text, 200), err)
 		}
 		if code != 0 {
 			return fmt.Errorf("line %d: %s: exited with code %d", step.Line, clip(step.Text, 200), code)
@@ -597,11 +648,11 @@ func (s *Server) runStep(ctx context.Context, t *tmpl, l *lease, step template.S
 			if i < 0 {
 				break
 			}
-			t.logf("info", "%s", partial[stream][:i])
+			t.output(partial[stream][:i])
 			partial[stream] = partial[stream][i+1:]
 		}
 		if len(partial[stream]) > maxTemplateLogLine || all && len(partial[stream]) > 0 {
-			t.logf("info", "%s", partial[stream])
+			t.output(partial[stream])
 			partial[stream] = nil
 		}
 	}
