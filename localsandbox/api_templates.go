@@ -79,7 +79,8 @@ func (s *Server) templates() (*templateStore, error) {
 }
 
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.templates(); err != nil {
+	st, err := s.templates()
+	if err != nil {
 		return err
 	}
 	var req createTemplateRequest
@@ -97,6 +98,11 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("dockerfile must be at most %d bytes", maxDockerfileBytes)
 	case len(req.Base) > 200:
 		return badRequest("base must be at most 200 bytes")
+	}
+	if _, isTemplate := st.lookup(req.Name); !isTemplate {
+		if _, err := s.resolveImage(req.Name); err == nil {
+			return badRequest("name %q is an image's", req.Name) // which a create's rootfs would name
+		}
 	}
 	s.reapTemplates()
 	t, err := s.newTemplate(req.Name, req.Base, req.Dockerfile)

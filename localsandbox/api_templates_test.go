@@ -269,6 +269,7 @@ func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
 		{"name": "", "dockerfile": "FROM devbox:1\n"},
 		{"name": "a:b", "dockerfile": "FROM devbox:1\n"},
 		{"name": "fine", "dockerfile": " \n"},
+		{"name": "host", "dockerfile": "FROM devbox:1\n"},
 	} {
 		if code := ts.call("POST", "/templates", body, nil); code != http.StatusBadRequest {
 			t.Errorf("POST %v: %d, want 400", body, code)

@@ -160,7 +160,7 @@ func (s *Server) resolveImage(name string) (string, error) {
 
 // resolve is the template a create's rootfs names by id or name: its id
 // once it is ready; a deleted one is a 404 (docs/CREATEOS-API.md §3.2),
-// one still building a 409.
+// one not ready (building, failed) a 409.
 func (st *templateStore) resolve(name string) (string, error) {
 	if t, ok := st.lookup(name); ok {
 		meta := t.state()
