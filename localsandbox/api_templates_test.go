@@ -170,6 +170,16 @@ RUN id -un
 		t.Errorf("b sees a's writes: %+v", r)
 	}
 
+	// A fork of a lease on it has the template's layers and the lease's
+	// writes over them.
+	ts.mustCall("POST", "/sandboxes/"+a+"/pause", nil, nil)
+	waitStatus(t, ts, a, "paused")
+	if f, st := ts.forkAndWait(a); st != "running" {
+		t.Errorf("forking a lease on the template: %s", st)
+	} else if r := ts.exec(f, "cat /opt/marker"); r.Stdout != "hi from the-build\na-wrote\n" {
+		t.Errorf("the fork of a lease on the template: %+v", r)
+	}
+
 	// A template built on it.
 	child, lines, status := ts.buildTemplate("child", "FROM marker\nRUN cat /opt/marker > /opt/child\n")
 	if status != templateReady {
