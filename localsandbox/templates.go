@@ -68,6 +68,10 @@ const (
 	// maxTemplateLogLine is the longest line of a build's log: longer
 	// output is cut into lines of that length.
 	maxTemplateLogLine = 16 << 10
+	// maxTemplateDepth bounds the build layers of a lease's root (one per
+	// template of a chain of FROMs), well below the overlay's limit of
+	// lower layers and the page of its mount options.
+	maxTemplateDepth = 16
 	// maxTemplateOutputBytes is the most of its steps' output a build's
 	// log keeps; the rest is dropped, and the log says so.
 	maxTemplateOutputBytes = 4 << 20
@@ -610,6 +614,9 @@ func (s *Server) resolveBuildBase(from string) (rootfs, image string, chain []st
 		return "", "", nil, fmt.Errorf("FROM %s: %w", clip(from, maxEcho), err)
 	}
 	if meta, ok := s.images.templates.ready(rootfs); ok {
+		if len(meta.Chain) >= maxTemplateDepth {
+			return "", "", nil, fmt.Errorf("FROM %s: a template is at most %d templates deep", clip(from, maxEcho), maxTemplateDepth)
+		}
 		return rootfs, meta.Image, meta.Chain, nil
 	}
 	if rootfs == hostImage { // the default image is the host's

@@ -70,9 +70,8 @@ const (
 // binds need their directories on a mount of the init's own mount
 // namespace, and the init may not be able to reach it by path); then one
 // detached mount per layer with LowerFD (and one per path of its Above),
-// in order. Without MountFDs (a
-// server that is not root cannot make detached mounts) the init opens
-// LeaseDir itself.
+// in order. Without MountFDs (a server that is not root cannot make
+// detached mounts) the init opens LeaseDir itself.
 type Config struct {
 	Hostname string    `json:"hostname"`
 	LeaseDir string    `json:"lease_dir"`
