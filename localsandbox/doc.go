@@ -54,6 +54,7 @@
 //	internal/proctree   process trees of /proc: freeze, signal, find by mark
 //	internal/hostfs     the server's every file operation below a lease directory: by descriptor, never through a symlink
 //	internal/image      the leases' default image, built from Debian's packages by mmdebstrap, cached by recipe
+//	internal/template   the Dockerfile subset of a template, read into the steps of its build (templates.go builds)
 //
 // Where is
 //

@@ -63,7 +63,7 @@ func TestFilesAnywhereInTheLeasesRoot(t *testing.T) {
 	testenv.RequireRoot(t, "a lease's own root needs namespaces and idmapped layers")
 	ts := startServer(t, Options{})
 	lease := ts.createLease()
-	image := ts.srv.imageDir(ts.srv.leases[lease].rootfs)
+	image, _ := ts.srv.imageLayers(ts.srv.leases[lease].rootfs)
 	imageVersion, err := os.ReadFile(filepath.Join(image, "etc/debian_version"))
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,8 @@ import (
 //     world-readable on the host masked in the lease (hostMasks): the
 //     lease sees an empty file or directory of its own there.
 //   - each directory of Options.RootfsDir, by its name.
+//   - each ready template (templates.go), by its name or id: an image and
+//     the read-only build layers above it.
 //
 // A process-group server runs commands on the host itself: its only image
 // is "host", and a create naming another is refused.
@@ -48,6 +50,8 @@ type images struct {
 	def string
 	// host says the host image is offered.
 	host bool
+	// templates are the images Dockerfiles built (templates.go).
+	templates *templateStore
 }
 
 // setUpImages settles the catalog, building the default image if it is
@@ -81,6 +85,9 @@ func (s *Server) setUpImages(ctx context.Context) error {
 		if im.debianDir, err = cache.Ensure(ctx, r); err != nil {
 			return fmt.Errorf("localsandbox: the default image %s: %w", im.debian, err)
 		}
+	}
+	if im.templates, err = s.loadTemplates(); err != nil {
+		return err
 	}
 	s.images = im
 	s.log.Info("sandboxes run on images of their own", "default", im.def, "debian", im.debianDir, "host_image", im.host)
@@ -118,6 +125,11 @@ func (s *Server) catalog() (names []string, def string, entries []imageEntry) {
 			}
 		}
 	}
+	for _, t := range im.templates.list() {
+		if meta := t.state(); meta.Status == templateReady {
+			add(meta.Name, "template "+meta.ID+", built from "+meta.Base)
+		}
+	}
 	return names, im.def, entries
 }
 
@@ -143,6 +155,26 @@ func (s *Server) resolveImage(name string) (string, error) {
 			return name, nil
 		}
 	}
+	return im.templates.resolve(name)
+}
+
+// resolve is the template a create's rootfs names by id or name: its id
+// once it is ready; a deleted one is a 404 (docs/CREATEOS-API.md §3.2),
+// one not ready (building, failed) a 409.
+func (st *templateStore) resolve(name string) (string, error) {
+	if t, ok := st.lookup(name); ok {
+		meta := t.state()
+		if meta.Status != templateReady {
+			return "", conflict(fmt.Sprintf("template %s is %s, not ready", meta.ID, meta.Status))
+		}
+		return meta.ID, nil
+	}
+	st.mu.Lock()
+	deleted := st.deleted[name]
+	st.mu.Unlock()
+	if deleted {
+		return "", notFound("template")
+	}
 	return "", badRequest("unknown rootfs %q (GET /v1/rootfs lists them)", name)
 }
 
@@ -152,18 +184,24 @@ func validRootfsName(name string) bool {
 	return name != "" && name != "." && name != ".." && name != hostImage && !strings.ContainsAny(name, "/\\,:\x00")
 }
 
-// imageDir is the directory of the image name, "" for the host image.
-func (s *Server) imageDir(name string) string {
+// imageLayers are the directories of the image name: the image's, "" for
+// the host image, and for a template the build layers above it, bottom
+// first.
+func (s *Server) imageLayers(name string) (dir string, above []string) {
+	if image, layers, ok := s.images.templates.layers(name); ok {
+		dir, _ = s.imageLayers(image)
+		return dir, layers
+	}
 	switch {
 	case name == hostImage:
-		return ""
+		return "", nil
 	case name == "" || name == s.images.debian:
 		if name == "" && s.images.def == hostImage {
-			return ""
+			return "", nil
 		}
-		return s.images.debianDir
+		return s.images.debianDir, nil
 	default:
-		return filepath.Join(s.opts.RootfsDir, name)
+		return filepath.Join(s.opts.RootfsDir, name), nil
 	}
 }
 

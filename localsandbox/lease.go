@@ -251,7 +251,7 @@ func (l *lease) owner() machine.Owner { return machine.Owner{UID: l.uid, GID: l.
 func (s *Server) machineSpec(l *lease) *machine.Spec {
 	sp := &machine.Spec{Hostname: l.id, Dir: l.dir, ReadOnlyPaths: s.opts.ReadOnlyPaths, Owner: l.owner(), IDRange: l.idSlot >= 0,
 		ServerRoot: s.opts.Root, Program: s.init.path, MaxProcs: s.opts.MaxProcesses, MaxOpenFiles: s.opts.MaxOpenFiles}
-	sp.Rootfs = s.imageDir(l.rootfs)
+	sp.Rootfs, sp.Above = s.imageLayers(l.rootfs)
 	return sp
 }
 

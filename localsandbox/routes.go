@@ -88,7 +88,12 @@ var apiRoutes = []apiRoute{
 	{method: "*", path: "/v1/sandboxes/{id}/shell-ws", declined: "shells over an upgraded connection: use a managed process with a pty"},
 	{method: "*", path: "/v1/networks/...", declined: "overlay networks: each sandbox has a network of its own"},
 	{method: "*", path: "/v1/disks/...", declined: "S3 disks"},
-	{method: "*", path: "/v1/templates/...", declined: "templates: images are the operator's (GET /v1/rootfs lists them)"},
+
+	{method: "POST", path: "/v1/templates", serve: (*Server).createTemplate},
+	{method: "GET", path: "/v1/templates", serve: (*Server).listTemplates},
+	{method: "GET", path: "/v1/templates/{id}", serve: (*Server).getTemplate},
+	{method: "DELETE", path: "/v1/templates/{id}", serve: (*Server).deleteTemplateRoute},
+	{method: "GET", path: "/v1/templates/{id}/logs", serve: (*Server).templateLogs},
 }
 
 // routes maps the API's endpoints: the served routes of apiRoutes to their

@@ -29,7 +29,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/3"
+const ProtocolVersion = "sandboxflow-init/4"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
@@ -69,9 +69,9 @@ const (
 // it: with MountFDs a detached mount of the lease directory (overlays and
 // binds need their directories on a mount of the init's own mount
 // namespace, and the init may not be able to reach it by path); then one
-// detached mount per layer with LowerFD, in order. Without MountFDs (a
-// server that is not root cannot make detached mounts) the init opens
-// LeaseDir itself.
+// detached mount per layer with LowerFD (and one per path of its Above),
+// in order. Without MountFDs (a server that is not root cannot make
+// detached mounts) the init opens LeaseDir itself.
 type Config struct {
 	Hostname string    `json:"hostname"`
 	LeaseDir string    `json:"lease_dir"`
@@ -98,6 +98,11 @@ type Layer struct {
 	// Neither: Target is the upper directory itself.
 	Lower   string `json:"lower,omitempty"`
 	LowerFD bool   `json:"lower_fd,omitempty"`
+	// Above are further read-only layers over Lower, the topmost last (a
+	// template's build layers over its image): host paths, or with
+	// LowerFD one more detached mount each, after Lower's (the paths
+	// then empty: only their number counts).
+	Above []string `json:"above,omitempty"`
 }
 
 // Symlink is a symlink of the lower layer's top, recreated in /.

@@ -27,6 +27,7 @@ import (
 // directory of the lease's own in the upper layer (hideInUpper).
 //
 //	/            overlay: image + upper/root
+//	(a template: image + its build layers (Layer.Above) + upper/root)
 //	(host image:
 //	/            upper/root
 //	/usr         overlay: host /usr + upper/usr
@@ -77,6 +78,13 @@ func buildRoot(cfg *Config, fds []int) error {
 				if lowers[i], err = hold(ly.Lower); err != nil {
 					return err
 				}
+				for _, above := range ly.Above {
+					held, err := hold(above)
+					if err != nil {
+						return err
+					}
+					lowers[i] = held + ":" + lowers[i] // overlay's lowerdir: the topmost first
+				}
 			}
 		}
 	}
@@ -114,7 +122,8 @@ func buildRoot(cfg *Config, fds []int) error {
 		return err
 	}
 	for i, ly := range cfg.Layers {
-		if strings.ContainsAny(ly.Name, "/,:\\") || ly.Name == "" || strings.ContainsAny(ly.Lower, ",:\\") {
+		if strings.ContainsAny(ly.Name, "/,:\\") || ly.Name == "" || strings.ContainsAny(ly.Lower, ",:\\") ||
+			slices.ContainsFunc(ly.Above, func(p string) bool { return strings.ContainsAny(p, ",:\\") }) {
 			return fmt.Errorf("layer %q: bad name or path", ly.Name)
 		}
 		target := path.Join(root, ly.Target)
@@ -137,6 +146,20 @@ func buildRoot(cfg *Config, fds []int) error {
 				return fmt.Errorf("attaching the lower layer of %s: %w", ly.Target, err)
 			}
 			next++
+			for j := range ly.Above {
+				if next >= len(fds) {
+					return fmt.Errorf("layer %s: no mount for layer %d above the lower one", ly.Target, j+1)
+				}
+				above := path.Join(stage, fmt.Sprintf("lower-%d-%d", i, j))
+				if err := os.Mkdir(above, 0o755); err != nil {
+					return err
+				}
+				if err := unix.MoveMount(fds[next], "", unix.AT_FDCWD, above, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+					return fmt.Errorf("attaching layer %d above the lower layer of %s: %w", j+1, ly.Target, err)
+				}
+				next++
+				lower = above + ":" + lower // overlay's lowerdir: the topmost first
+			}
 		}
 		if lower == "" {
 			if err := bind(path.Join(UpperDir, ly.Name), target); err != nil {

@@ -31,7 +31,10 @@ type Spec struct {
 	// Rootfs is the host path of the lease's image, the lower layer of
 	// its /; empty, the lower layers are ReadOnlyPaths, each at its place
 	// (the host image, which only an operator chooses).
-	Rootfs        string
+	Rootfs string
+	// Above are read-only layers over Rootfs, the topmost last: the build
+	// layers of a template (and of the templates it was built from).
+	Above         []string
 	ReadOnlyPaths []string
 	// Masks are paths of the lease's / that the init hides behind an
 	// empty file or opaque directory of the lease's own
@@ -71,7 +74,7 @@ func (sp *Spec) idMappings() (uids, gids []syscall.SysProcIDMap) {
 // and the host paths of the lower layers.
 func (sp *Spec) layers() ([]leaseinit.Layer, []leaseinit.Symlink, error) {
 	if sp.Rootfs != "" {
-		return []leaseinit.Layer{{Target: "/", Name: "root", Lower: sp.Rootfs}}, nil, nil
+		return []leaseinit.Layer{{Target: "/", Name: "root", Lower: sp.Rootfs, Above: sp.Above}}, nil, nil
 	}
 	layers := []leaseinit.Layer{{Target: "/", Name: "root"}}
 	var links []leaseinit.Symlink
@@ -189,12 +192,15 @@ func (sp *Spec) setup(initPID int) (leaseinit.Config, []int, error) {
 		if ly.Lower == "" || userns < 0 {
 			continue
 		}
-		fd, err := idmappedClone(ly.Lower, userns)
-		if err != nil {
-			return fail(err)
+		for _, dir := range append([]string{ly.Lower}, ly.Above...) {
+			fd, err := idmappedClone(dir, userns)
+			if err != nil {
+				return fail(err)
+			}
+			fds = append(fds, fd)
 		}
-		fds = append(fds, fd)
 		ly.Lower, ly.LowerFD = "", true
+		ly.Above = make([]string, len(ly.Above)) // by descriptor: only their number is sent
 	}
 	cfg.Layers = layers
 	return cfg, fds, nil

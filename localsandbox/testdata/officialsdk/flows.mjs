@@ -225,7 +225,6 @@ await check("declinedRoutes", async () => {
     ["resize", () => needSandbox().resize(8192)],
     ["networks.list", () => client.networks.list()],
     ["disks.list", () => client.disks.list()],
-    ["templates.list", () => client.templates.list()],
     ["attachNetwork", () => sb.attachNetwork("net-1")],
   ]) {
     const err = await rejects(fn, CreateosSandboxValidationError, [400], what);
@@ -333,6 +332,47 @@ await check("destroy", async () => {
   const destroyed = await client.listSandboxes({ status: "destroyed" });
   assert(destroyed.some((s) => s.id === id), "not in status=destroyed");
   assert(!(await client.listSandboxes()).some((s) => s.id === id), "the default list shows a destroyed sandbox");
+});
+
+// Templates need what forks need: namespace isolation, an image per lease.
+await check("templates", async () => {
+  const tname = "sdk-tpl-" + Math.random().toString(36).slice(2, 10);
+  const dockerfile = 'FROM devbox:1\nENV WHO=sdk\nRUN echo "built by $WHO" > /opt/sdk-marker && echo step-done\n';
+  if (!canFork) {
+    await rejects(() => client.templates.create({ name: tname, dockerfile }), CreateosSandboxValidationError, [400], "templates without namespaces");
+    return;
+  }
+  const tpl = await client.templates.create({ name: tname, dockerfile });
+  eq([tpl.name, tpl.status], [tname, "pending"], "create");
+  rfc3339(tpl.created_at, "created_at");
+  const lines = [];
+  let final;
+  for await (const e of client.templates.followLogs(tpl.id)) {
+    if (e.final) {
+      final = e;
+      break;
+    }
+    if (e.line) lines.push(e.line);
+  }
+  eq(final?.status, "ready", `the final event (log: ${lines.join(" | ")})`);
+  assert(lines.includes("step-done"), "the step's output is not in the followed log");
+  const got = await client.templates.get(tname, { include: "dockerfile" });
+  eq([got.id, got.status, got.dockerfile], [tpl.id, "ready", dockerfile], "get by name with the dockerfile");
+  rfc3339(got.built_at, "built_at");
+  assert(got.ext4_size_bytes > 0, "ext4_size_bytes");
+  assert((await client.templates.list()).some((t) => t.id === tpl.id), "the template is not listed");
+  assert((await client.listRootfs()).rootfs.includes(tname), "GET /v1/rootfs does not list the template");
+  assert((await client.templates.logs(tpl.id)).includes("step-done\n"), "the plain log");
+  const box = await client.createSandbox({ shape: "s-1vcpu-1gb", rootfs: tname });
+  try {
+    eq((await box.sh("cat /opt/sdk-marker")).result.stdout, "built by sdk\n", "a sandbox on the template");
+    eq(await client.templates.delete(tpl.id), { id: tpl.id, ok: true }, "delete");
+    await rejects(() => client.templates.get(tpl.id), CreateosSandboxNotFoundError, [404], "get a deleted template");
+    await rejects(() => client.createSandbox({ shape: "s-1vcpu-1gb", rootfs: tname }), CreateosSandboxNotFoundError, [404], "create on a deleted template");
+    eq((await box.sh("cat /opt/sdk-marker")).result.stdout, "built by sdk\n", "a sandbox on a deleted template");
+  } finally {
+    await box.destroy();
+  }
 });
 
 await check("errors", async () => {

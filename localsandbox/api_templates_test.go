@@ -1,0 +1,417 @@
+package localsandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+type templateData struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Base       string    `json:"base"`
+	Status     string    `json:"status"`
+	Size       int64     `json:"ext4_size_bytes"`
+	CreatedAt  time.Time `json:"created_at"`
+	BuiltAt    time.Time `json:"built_at"`
+	Dockerfile string    `json:"dockerfile"`
+}
+
+// buildTemplate posts a template and follows its log to the final event;
+// it returns the template's id, the log's lines and the final status.
+func (ts *testServer) buildTemplate(name, dockerfile string) (id string, lines []string, status string) {
+	ts.t.Helper()
+	var v templateData
+	ts.mustCall("POST", "/templates", map[string]any{"name": name, "dockerfile": dockerfile}, &v)
+	if v.Status != templatePending || v.ID == "" || v.Name != name || v.CreatedAt.IsZero() {
+		ts.t.Fatalf("a new template: %+v", v)
+	}
+	lines, status = ts.followTemplate(v.ID)
+	return v.ID, lines, status
+}
+
+// followTemplate reads the NDJSON follow stream of a template's log.
+func (ts *testServer) followTemplate(id string) (lines []string, status string) {
+	ts.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.base+"/templates/"+id+"/logs?follow=true", nil)
+	req.Header.Set("X-Api-Key", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		ts.t.Fatalf("follow: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var e struct {
+			TS     time.Time `json:"ts"`
+			Line   *string   `json:"line"`
+			Final  bool      `json:"final"`
+			Status string    `json:"status"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			ts.t.Fatalf("follow: %q: %v", sc.Bytes(), err)
+		}
+		if e.Final {
+			if sc.Scan() {
+				ts.t.Errorf("follow: %q after the final event", sc.Bytes())
+			}
+			return lines, e.Status
+		}
+		if e.Line == nil || e.TS.IsZero() {
+			ts.t.Errorf("follow: an event without line or ts: %q", sc.Bytes())
+			continue
+		}
+		lines = append(lines, *e.Line)
+	}
+	ts.t.Fatalf("follow: the stream of %s ended without a final event (%v); lines: %q", id, sc.Err(), lines)
+	return nil, ""
+}
+
+// createOn creates a sandbox on rootfs and returns its id, or the HTTP
+// status of a refusal.
+func (ts *testServer) createOn(rootfs string) (string, int) {
+	ts.t.Helper()
+	var sb sandboxData
+	code := ts.call("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": rootfs}, &sb)
+	return sb.ID, code
+}
+
+func hasLine(lines []string, sub string) bool {
+	return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, sub) })
+}
+
+// A template built, followed to ready, listed, used by leases that do not
+// see each other's writes, built on, deleted while a lease runs on it, and
+// kept by a restarted server.
+func TestTemplateBuiltUsedDeletedAndKeptOverARestart(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	root := filepath.Join(t.TempDir(), "root")
+	ts := startServer(t, Options{Root: root})
+
+	dockerfile := `FROM devbox:1
+ARG WHO=the-build
+ENV GREETING="hi from"
+WORKDIR /opt/app
+RUN echo "$GREETING $WHO" > /opt/marker && \
+    pwd > where && echo built-ok
+USER nobody
+RUN id -un
+`
+	id, lines, status := ts.buildTemplate("marker", dockerfile)
+	if status != templateReady {
+		t.Fatalf("build: %s; log: %q", status, lines)
+	}
+	if !hasLine(lines, "built-ok") || !hasLine(lines, "Step 2/3 (line 5)") || !slices.Contains(lines, "nobody") {
+		t.Errorf("the log lacks a step or its output: %q", lines)
+	}
+
+	var v templateData
+	ts.mustCall("GET", "/templates/marker?include=dockerfile", nil, &v)
+	if v.ID != id || v.Status != templateReady || v.Dockerfile != dockerfile || v.BuiltAt.IsZero() || v.Size <= 0 {
+		t.Errorf("GET by name: %+v", v)
+	}
+	v = templateData{}
+	ts.mustCall("GET", "/templates/"+id, nil, &v)
+	if v.Dockerfile != "" {
+		t.Errorf("the dockerfile without include: %q", v.Dockerfile)
+	}
+	var list struct {
+		Data       []templateData `json:"data"`
+		Pagination struct{ Total int }
+	}
+	ts.mustCall("GET", "/templates", nil, &list)
+	if list.Pagination.Total != 1 || len(list.Data) != 1 || list.Data[0].ID != id {
+		t.Errorf("list: %+v", list)
+	}
+	var cat struct{ Rootfs []string }
+	ts.mustCall("GET", "/rootfs", nil, &cat)
+	if !slices.Contains(cat.Rootfs, "marker") {
+		t.Errorf("GET /v1/rootfs lacks the template: %v", cat.Rootfs)
+	}
+	resp := ts.request("GET", "/templates/"+id+"/logs", nil, nil)
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") || !strings.Contains(string(text), "built-ok\n") {
+		t.Errorf("plain log: %s %q", resp.Header.Get("Content-Type"), text)
+	}
+
+	// Two leases on it, by name and by id: each sees the build's files,
+	// neither the other's writes.
+	a, code := ts.createOn("marker")
+	b, code2 := ts.createOn(id)
+	if code != http.StatusOK || code2 != http.StatusOK {
+		t.Fatalf("creates on the template: %d %d", code, code2)
+	}
+	for _, l := range []string{a, b} {
+		if r := ts.exec(l, "cat /opt/marker /opt/app/where; stat -c %U /opt/marker"); r.Stdout != "hi from the-build\n/opt/app\nroot\n" {
+			t.Errorf("lease %s on the template: %+v", l, r)
+		}
+	}
+	if r := ts.exec(a, "echo a-wrote >> /opt/marker && touch /opt/app/only-a"); r.ExitCode != 0 {
+		t.Fatalf("writing in a: %+v", r)
+	}
+	if r := ts.exec(b, "cat /opt/marker; ls /opt/app"); r.Stdout != "hi from the-build\nwhere\n" {
+		t.Errorf("b sees a's writes: %+v", r)
+	}
+
+	// A fork of a lease on it has the template's layers and the lease's
+	// writes over them.
+	ts.mustCall("POST", "/sandboxes/"+a+"/pause", nil, nil)
+	waitStatus(t, ts, a, "paused")
+	if f, st := ts.forkAndWait(a); st != "running" {
+		t.Errorf("forking a lease on the template: %s", st)
+	} else if r := ts.exec(f, "cat /opt/marker"); r.Stdout != "hi from the-build\na-wrote\n" {
+		t.Errorf("the fork of a lease on the template: %+v", r)
+	}
+
+	// A template built on it.
+	child, lines, status := ts.buildTemplate("child", "FROM marker\nRUN cat /opt/marker > /opt/child\n")
+	if status != templateReady {
+		t.Fatalf("child build: %s; log: %q", status, lines)
+	}
+	c, code := ts.createOn("child")
+	if code != http.StatusOK {
+		t.Fatalf("create on child: %d", code)
+	}
+	if r := ts.exec(c, "cat /opt/child /opt/marker"); r.Stdout != "hi from the-build\nhi from the-build\n" {
+		t.Errorf("a lease on the child: %+v", r)
+	}
+
+	// Deleted: gone from the catalog, 404 to later creates, while a lease
+	// on it runs on.
+	if code := ts.call("DELETE", "/templates/marker", nil, nil); code != http.StatusConflict {
+		t.Errorf("deleting a template another is built on: %d, want 409", code)
+	}
+	var ok struct {
+		OK bool `json:"ok"`
+	}
+	ts.mustCall("DELETE", "/templates/child", nil, &ok)
+	if !ok.OK {
+		t.Errorf("delete answered %+v", ok)
+	}
+	if code := ts.call("GET", "/templates/"+child, nil, nil); code != http.StatusNotFound {
+		t.Errorf("GET a deleted template: %d", code)
+	}
+	if _, code := ts.createOn("child"); code != http.StatusNotFound {
+		t.Errorf("create on a deleted template: %d, want 404", code)
+	}
+	if r := ts.exec(c, "cat /opt/child"); r.Stdout != "hi from the-build\n" {
+		t.Errorf("a lease on a deleted template: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(root, templatesDir, deletedDir+child)); err != nil {
+		t.Errorf("the layer of a deleted template in use is gone: %v", err)
+	}
+
+	// Restarted on the same root: the ready template stays, the deleted
+	// one's layer is removed now that no lease runs on it.
+	if err := ts.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts = startServer(t, Options{Root: root})
+	ts.mustCall("GET", "/templates/marker", nil, &v)
+	if v.ID != id || v.Status != templateReady {
+		t.Errorf("after a restart: %+v", v)
+	}
+	if code := ts.call("GET", "/templates/child", nil, nil); code != http.StatusNotFound {
+		t.Errorf("the deleted template after a restart: %d", code)
+	}
+	d, code := ts.createOn("marker")
+	if code != http.StatusOK {
+		t.Fatalf("create after a restart: %d", code)
+	}
+	if r := ts.exec(d, "cat /opt/marker"); r.Stdout != "hi from the-build\n" {
+		t.Errorf("a lease after a restart: %+v", r)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+d, nil, nil)
+	ts.mustCall("DELETE", "/templates/"+id, nil, nil)
+	if entries, _ := os.ReadDir(filepath.Join(root, templatesDir)); len(entries) != 0 {
+		t.Errorf("template directories left: %v", entries)
+	}
+}
+
+// A build stops at the first failing step, or before any for what the
+// subset does not have, and says which line; nothing of it is left.
+func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	for _, c := range []struct {
+		name, dockerfile, want, never string
+	}{
+		{"copy", "FROM devbox:1\nRUN echo never\nCOPY . /app\n", "line 3: COPY is not supported", "never"},
+		{"exit", "FROM devbox:1\nRUN echo first\nRUN echo oops >&2; exit 3\nRUN echo never\n", "line 3: RUN echo oops >&2; exit 3: exited with code 3", "never"},
+		{"from", "FROM nothing:here\nRUN true\n", `FROM nothing:here: unknown rootfs "nothing:here"`, "Step"},
+	} {
+		id, lines, status := ts.buildTemplate(c.name, c.dockerfile)
+		if status != templateFailed || !hasLine(lines, c.want) || hasLine(lines, c.never) {
+			t.Errorf("%s: %s, want failed with %q and without %q; log %q", c.name, status, c.want, c.never, lines)
+		}
+		if c.name == "exit" && !slices.Contains(lines, "oops") {
+			t.Errorf("the failing step's output is not in the log: %q", lines)
+		}
+		if _, code := ts.createOn(c.name); code != http.StatusConflict {
+			t.Errorf("%s: create on a failed template: %d, want 409", c.name, code)
+		}
+		if _, err := os.Stat(filepath.Join(ts.root, templatesDir, id, layerDir)); !os.IsNotExist(err) {
+			t.Errorf("%s: a failed build left its layer (%v)", c.name, err)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(ts.root, leasesDir)); len(entries) != 0 {
+		t.Errorf("build sandboxes left: %d", len(entries))
+	}
+	// Bad requests fail before anything is made.
+	for _, body := range []map[string]any{
+		{"name": "", "dockerfile": "FROM devbox:1\n"},
+		{"name": "a:b", "dockerfile": "FROM devbox:1\n"},
+		{"name": "fine", "dockerfile": " \n"},
+		{"name": "host", "dockerfile": "FROM devbox:1\n"},
+	} {
+		if code := ts.call("POST", "/templates", body, nil); code != http.StatusBadRequest {
+			t.Errorf("POST %v: %d, want 400", body, code)
+		}
+	}
+	if code := ts.call("POST", "/templates", map[string]any{"name": "copy", "dockerfile": "FROM devbox:1\n"}, nil); code != http.StatusConflict {
+		t.Errorf("a taken name: %d, want 409", code)
+	}
+	var list struct{ Pagination struct{ Total int } }
+	ts.mustCall("GET", "/templates", nil, &list)
+	if list.Pagination.Total != 3 {
+		t.Errorf("%d templates, want the 3 failed ones", list.Pagination.Total)
+	}
+}
+
+// A build that plants symlinks to host files, and files of every id of its
+// range, cannot steer the server keeping, re-owning or removing its layer:
+// the copy keeps the links as links (a lease on the template does not read
+// the host file through them), the id shift re-owns no host file, and the
+// delete removes no host file.
+func TestTemplateBuildSymlinksDoNotReachTheHost(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Owned by the root of the first id range, which the build sandbox
+	// takes: a shift that followed the link would give it to host root.
+	base := ts.srv.opts.HostIDBase
+	for _, p := range []string{hostDir, secret} {
+		if err := os.Lchown(p, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, lines, status := ts.buildTemplate("links", "FROM devbox:1\n"+
+		"RUN ln -s "+secret+" /opt/file-link && ln -s "+hostDir+" /opt/dir-link && mkdir -p /opt/d && ln -s "+hostDir+" /opt/d/x && chown -h 1000:1000 /opt/file-link\n")
+	if status != templateReady {
+		t.Fatalf("build: %s; log %q", status, lines)
+	}
+	layer := filepath.Join(ts.root, templatesDir, id, layerDir)
+	if fi, err := os.Lstat(filepath.Join(layer, "opt/file-link")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the layer's link is not a link: %v %v", fi, err)
+	}
+	l, code := ts.createOn("links")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/file-link /opt/dir-link/secret 2>&1; readlink /opt/file-link"); strings.Contains(r.Stdout, "host secret") || !strings.Contains(r.Stdout, secret) {
+		t.Errorf("a lease on the template: %+v", r)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
+	ts.mustCall("DELETE", "/templates/"+id, nil, nil)
+	var st unix.Stat_t
+	if err := unix.Lstat(secret, &st); err != nil {
+		t.Fatalf("the host file is gone: %v", err)
+	}
+	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
+		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
+	}
+	if data, _ := os.ReadFile(secret); string(data) != "host secret\n" {
+		t.Errorf("the host file was changed: %q", data)
+	}
+}
+
+// A build that a shutdown stops fails, its build sandbox gone, and so does
+// one that a crash left building: a restarted server says so, and keeps
+// neither's layer.
+func TestTemplateBuildStoppedByAShutdownFails(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	root := filepath.Join(t.TempDir(), "root")
+	ts := startServer(t, Options{Root: root})
+	var v templateData
+	ts.mustCall("POST", "/templates", map[string]any{"name": "slow", "dockerfile": "FROM devbox:1\nRUN echo started; sleep 600\n"}, &v)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // polled, as clients do
+		resp := ts.request("GET", "/templates/slow/logs", nil, nil)
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(text), "started\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the build did not start its step: %q", text)
+		}
+	}
+	if err := ts.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoProcesses(t, root)
+	if entries, _ := os.ReadDir(filepath.Join(root, leasesDir)); len(entries) != 0 {
+		t.Errorf("the build sandbox was left: %v", entries)
+	}
+	// And one that a crash left building.
+	meta := filepath.Join(root, templatesDir, v.ID, "meta.json")
+	data, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(meta, []byte(strings.Replace(string(data), `"status":"failed"`, `"status":"building"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ts = startServer(t, Options{Root: root})
+	lines, status := ts.followTemplate(v.ID)
+	if status != templateFailed || !hasLine(lines, "build failed: the build was stopped: the server shut down") || !hasLine(lines, "the build was interrupted by a restart of the server") {
+		t.Errorf("after a restart: %s; log %q", status, lines)
+	}
+	if _, err := os.Stat(filepath.Join(root, templatesDir, v.ID, layerDir)); !os.IsNotExist(err) {
+		t.Errorf("an unfinished build's layer is kept (%v)", err)
+	}
+}
+
+// A build's log keeps at most maxTemplateOutputBytes of its steps' output,
+// and says that it dropped the rest.
+func TestTemplateBuildLogIsBounded(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	_, lines, status := ts.buildTemplate("loud", "FROM devbox:1\nRUN head -c 6000000 /dev/zero | tr '\\0' x | fold -w 1000; echo last-line\n")
+	if status != templateReady {
+		t.Fatalf("build: %s", status)
+	}
+	kept := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "xxxx") {
+			kept += len(l)
+		}
+	}
+	if kept > maxTemplateOutputBytes || kept < maxTemplateOutputBytes-1000 || !hasLine(lines, "the rest of the build's output is not kept") || slices.Contains(lines, "last-line") {
+		t.Errorf("kept %d bytes of 6000000 output (cap %d); cut line: %v", kept, maxTemplateOutputBytes, hasLine(lines, "not kept"))
+	}
+}

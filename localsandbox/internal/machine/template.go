@@ -1,0 +1,62 @@
+package machine
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"golang.org/x/sys/unix"
+)
+
+// CopyRootLayer copies what the lease of the lease directory src (a
+// paused or stopped lease, owned by from) wrote over its image — its
+// root's upper layer, upper/root — to dst, a new directory, and moves the
+// copy's owners from from's id range into to's: the build layer of a
+// template, which later leases mount read-only above their image. to is
+// the owner of the image's own files (host root for a root server, whose
+// lower layers are idmapped into each lease's range), so that the layer's
+// files show in a lease as they did in the build.
+//
+// It copies as CopyFiles does, and is safe for the same reasons: cp -a
+// never dereferences a symlink of the source, upper/root is checked to be
+// a directory (no lease reaches it but as its overlay's upper layer), the
+// source is not running, and dst is new, in a directory of the server's.
+// The whiteouts and opaque directories of the overlay (device nodes and
+// user.overlay.* attributes) are kept: a lower layer honours them too.
+// It returns the bytes of the copy's regular files.
+func CopyRootLayer(src, dst string, from, to Owner) (int64, error) {
+	source, err := hostfs.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer source.Close()
+	rel := filepath.Join(leaseinit.UpperDir, "root")
+	d, err := source.OpenDir(rel)
+	if err != nil {
+		return 0, fmt.Errorf("copying the root layer: %w", err)
+	}
+	d.Close()
+	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", filepath.Join(src, rel), dst).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("copying the root layer: %v: %.200s", err, out)
+	}
+	parent, name := filepath.Split(dst)
+	if err := shiftOwners(parent, []string{name}, from, to); err != nil {
+		return 0, err
+	}
+	layer, err := hostfs.Open(dst)
+	if err != nil {
+		return 0, err
+	}
+	defer layer.Close()
+	var size int64
+	err = layer.Walk(func(_ *hostfs.Dir, _ string, st *unix.Stat_t) error {
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			size += st.Size
+		}
+		return nil
+	})
+	return size, err
+}
