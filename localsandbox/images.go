@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/image"
@@ -20,9 +21,10 @@ import (
 //
 //   - the default, "debian:<suite>": a Debian system of the release the
 //     host runs, built once by mmdebstrap into Options.ImageCache (package
-//     image); New builds it when it is missing. "devbox:1", the name the
-//     vendor's catalog example uses (docs/CREATEOS-API.md §3.1), resolves
-//     to it, as an empty rootfs does.
+//     image); New builds it when it is missing. The names the vendor's
+//     programs use for it (debianAliases: "devbox:1" of the catalog
+//     example, docs/CREATEOS-API.md §3.1, and "nodeops/sandbox:debian", the
+//     base of its template examples) resolve to it, as an empty rootfs does.
 //   - "host", only when the operator names it (Options.HostImage): the
 //     host's ReadOnlyPaths, with every file and directory that is not
 //     world-readable on the host masked in the lease (hostMasks): the
@@ -36,9 +38,12 @@ import (
 
 // Names of images.
 const (
-	hostImage   = "host"
-	devboxAlias = "devbox:1"
+	hostImage = "host"
 )
+
+// debianAliases are the vendor's names of its Debian image, which resolve
+// to the default Debian image here.
+var debianAliases = []string{"devbox:1", "nodeops/sandbox:debian"}
 
 // images is the catalog of a server.
 type images struct {
@@ -76,7 +81,7 @@ func (s *Server) setUpImages(ctx context.Context) error {
 		}
 	} else {
 		im.def = im.debian
-		if s.opts.DefaultImage != "" && s.opts.DefaultImage != im.debian && s.opts.DefaultImage != devboxAlias {
+		if s.opts.DefaultImage != "" && s.opts.DefaultImage != im.debian && !slices.Contains(debianAliases, s.opts.DefaultImage) {
 			return fmt.Errorf("localsandbox: DefaultImage %q is not an image of this server (%s or %s)", s.opts.DefaultImage, im.debian, hostImage)
 		}
 		if _, ok := cache.Lookup(r); !ok {
@@ -112,7 +117,9 @@ func (s *Server) catalog() (names []string, def string, entries []imageEntry) {
 	}
 	if im.debianDir != "" {
 		add(im.debian, "Debian "+strings.TrimPrefix(im.debian, "debian:")+" from Debian's packages (minbase, python3, ca-certificates, procps, iproute2), read-only below the sandbox's own writable layer")
-		add(devboxAlias, "the image "+im.debian)
+		for _, alias := range debianAliases {
+			add(alias, "the image "+im.debian)
+		}
 	}
 	if im.host {
 		add(hostImage, "the host's system directories, read-only, what is not world-readable on the host hidden")
@@ -146,7 +153,7 @@ func (s *Server) resolveImage(name string) (string, error) {
 	switch {
 	case name == "":
 		return im.def, nil
-	case (name == im.debian || name == devboxAlias) && im.debianDir != "":
+	case (name == im.debian || slices.Contains(debianAliases, name)) && im.debianDir != "":
 		return im.debian, nil
 	case name == hostImage && im.host:
 		return hostImage, nil

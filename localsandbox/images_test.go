@@ -188,9 +188,9 @@ func TestRootfsNamesResolveToImages(t *testing.T) {
 		want []string
 		def  string
 	}{
-		{Options{RootfsDir: dir}, []string{"debian:", "devbox:1", "alpine"}, "debian:"},
-		{Options{HostImage: true}, []string{"debian:", "devbox:1", "host"}, "debian:"},
-		{Options{HostImage: true, DefaultImage: "host"}, []string{"debian:", "devbox:1", "host"}, "host"},
+		{Options{RootfsDir: dir}, []string{"debian:", "devbox:1", "nodeops/sandbox:debian", "alpine"}, "debian:"},
+		{Options{HostImage: true}, []string{"debian:", "devbox:1", "nodeops/sandbox:debian", "host"}, "debian:"},
+		{Options{HostImage: true, DefaultImage: "host"}, []string{"debian:", "devbox:1", "nodeops/sandbox:debian", "host"}, "host"},
 	} {
 		ts := startServer(t, c.opts)
 		var cat struct {
@@ -209,7 +209,7 @@ func TestRootfsNamesResolveToImages(t *testing.T) {
 			t.Errorf("%+v: GET /rootfs %+v, want %v, default %s…", c.opts, cat, c.want, c.def)
 		}
 		debian := cat.Rootfs[0]
-		for _, name := range []string{"", "devbox:1", debian} {
+		for _, name := range []string{"", "devbox:1", "nodeops/sandbox:debian", debian} {
 			var sb sandboxData
 			ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": name}, &sb)
 			want := debian
