@@ -30,30 +30,32 @@ const typescriptExamples = "testdata/typescript"
 // @temporalio packages from npm: RunCommand from a TypeScript client, a
 // TypeScript workflow on a TypeScript worker that runs RunCommand as a
 // child, a session's execute and close Updates, and a typed failure with
-// its details. Each leaks nothing.
+// its details. Each leaks nothing, and every answer they got, as it came
+// over the wire, fits its message of docs/schema/sandboxflow.schema.json.
 func TestTypeScriptExamples(t *testing.T) {
 	node := testenv.RequireCommand(t, "node")
 	dir := buildTypeScriptExamples(t, node)
-	run := func(t *testing.T, program string, out any) {
+	var checks []schemaCheck
+	// run runs a program and decodes what it printed into out; messages
+	// name the schema's message of each field of it to check.
+	run := func(t *testing.T, program string, out any, messages map[string]string) {
 		t.Helper()
 		t.Cleanup(func() { assertNothingLeaked(t) })
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, node, filepath.Join("dist", program+".js"))
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(),
+		stdout := runNode(t, node, dir, program, nil,
 			"TEMPORAL_ADDRESS="+stackOf(t).Temporal.FrontendHostPort(),
 			"TEMPORAL_NAMESPACE="+stackOf(t).Temporal.Namespace())
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.Output()
-		require.NoError(t, err, "%s: %s", program, stderr.String())
 		require.NoError(t, json.Unmarshal(stdout, out), "%s wrote %q", program, stdout)
+		var fields map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(stdout, &fields))
+		for field, message := range messages {
+			require.Contains(t, fields, field, program)
+			checks = append(checks, schemaCheck{Message: message, Value: fields[field], Source: program + "." + field})
+		}
 	}
 
 	t.Run("RunCommand", func(t *testing.T) {
 		var got struct{ Early, Final workflows.Result }
-		run(t, "runcommand", &got)
+		run(t, "runcommand", &got, map[string]string{"early": "RunCommandResult", "final": "RunCommandResult"})
 		assert.Equal(t, "hello from typescript\n", got.Early.Stdout, "the result Update")
 		assert.Equal(t, got.Early.Stdout, got.Final.Stdout)
 		assert.Zero(t, got.Final.ExitCode)
@@ -61,7 +63,7 @@ func TestTypeScriptExamples(t *testing.T) {
 	})
 	t.Run("ChildWorkflow", func(t *testing.T) {
 		var got struct{ Result workflows.Result }
-		run(t, "child", &got)
+		run(t, "child", &got, map[string]string{"result": "RunCommandResult"})
 		assert.Equal(t, "built by a child\n", got.Result.Stdout)
 		assert.NotEmpty(t, got.Result.LeaseID)
 	})
@@ -71,7 +73,8 @@ func TestTypeScriptExamples(t *testing.T) {
 			State         workflows.SessionState
 			Summary       workflows.SessionSummary
 		}
-		run(t, "session", &got)
+		run(t, "session", &got, map[string]string{
+			"first": "SessionExecuteResult", "second": "SessionExecuteResult", "state": "SessionState", "summary": "SessionCloseResult"})
 		assert.Equal(t, "kept\n", got.Second.Stdout, "the second command saw the first one's file")
 		assert.Equal(t, []int{1, 2}, []int{got.First.Seq, got.Second.Seq})
 		assert.Equal(t, got.First.LeaseID, got.Second.LeaseID, "one lease")
@@ -85,12 +88,57 @@ func TestTypeScriptExamples(t *testing.T) {
 			NonRetryable bool
 			Details      sandbox.FailureDetails
 		}
-		run(t, "failure", &got)
+		run(t, "failure", &got, map[string]string{"details": "FailureDetails"})
 		assert.Equal(t, sandbox.TypeInvalidInput, got.Type)
 		assert.True(t, got.NonRetryable)
 		assert.Equal(t, sandbox.FailureDetails{Kind: sandbox.TypeInvalidInput, Field: "command.timeout", Reason: got.Details.Reason}, got.Details)
 		assert.NotEmpty(t, got.Details.Reason)
 	})
+	t.Run("AnswersFitTheSchema", func(t *testing.T) {
+		require.Equal(t, 8, len(checks), "every answer above")
+		// The check can fail: a result whose exit code is a string does not fit.
+		checks = append(checks, schemaCheck{Message: "RunCommandResult", Value: json.RawMessage(`{"exitCode":"0","leaseId":"sb","freshLeases":0}`), Source: "control"})
+		in, err := json.Marshal(checks)
+		require.NoError(t, err)
+		schema, err := filepath.Abs("../../docs/schema/sandboxflow.schema.json")
+		require.NoError(t, err)
+		lines := bytes.Split(bytes.TrimSpace(runNode(t, node, dir, "check-schema", in, "SANDBOXFLOW_SCHEMA="+schema)), []byte("\n"))
+		require.Len(t, lines, len(checks))
+		for i, line := range lines {
+			var r struct {
+				OK     bool
+				Errors string
+			}
+			require.NoError(t, json.Unmarshal(line, &r))
+			want := checks[i].Source != "control"
+			assert.Equal(t, want, r.OK, "%s against %s: %s", checks[i].Source, checks[i].Message, r.Errors)
+		}
+	})
+}
+
+// schemaCheck is a value that must fit a message of the schema
+// (check-schema.ts).
+type schemaCheck struct {
+	Message string          `json:"message"`
+	Value   json.RawMessage `json:"value"`
+	Source  string          `json:"-"`
+}
+
+// runNode runs dist/program.js of the examples in dir with stdin and env
+// added to the test's, and returns what it printed.
+func runNode(t *testing.T, node, dir, program string, stdin []byte, env ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("dist", program+".js"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	require.NoError(t, err, "%s: %s", program, stderr.String())
+	return stdout
 }
 
 // buildTypeScriptExamples installs the examples' packages, compiles the
