@@ -60,6 +60,11 @@ var messages = []message{
 	{"FailureDetails", "The one details object of every failure sandboxflow raises (an ApplicationFailure whose type is its kind).", sandbox.FailureDetails{}, false},
 }
 
+// workerOnly are the input fields a caller never writes: the worker's own
+// state, carried across continue-as-new. The types under them are results
+// the worker wrote, so their fields are required as results' are.
+var workerOnly = map[string]bool{"workflows.SessionRequest.Carried": true}
+
 func main() {
 	root := flag.String("root", ".", "the repository's root")
 	flag.Parse()
@@ -137,7 +142,9 @@ func (g *generator) markInputs(t reflect.Type) {
 		}
 		g.inputs[t] = true
 		for _, f := range fields(t) {
-			g.markInputs(f.Type)
+			if !workerOnly[f.owner+"."+f.Name] {
+				g.markInputs(f.Type)
+			}
 		}
 	}
 }

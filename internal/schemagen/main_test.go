@@ -48,6 +48,9 @@ func TestSchemaSaysWhatTheJSONIs(t *testing.T) {
 	assert.ElementsMatch(t, []string{"exitCode", "leaseId", "freshLeases"}, result.Required)
 	assert.Contains(t, result.Properties, "stdout", "sandbox.Result's fields are inlined, as encoding/json does")
 	assert.Empty(t, schema.Defs["workflows.Request"].Required)
+	assert.Empty(t, schema.Defs["sandbox.Command"].Required, "inside an input")
+	assert.Subset(t, schema.Defs["sandbox.FailureDetails"].Required, []string{"kind", "retryable"},
+		"a result, though a session's carried state holds it too")
 	prop := func(def, name string) string {
 		var b bytes.Buffer
 		require.NoError(t, json.Compact(&b, schema.Defs[def].Properties[name]), "%s.%s", def, name)
