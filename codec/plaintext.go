@@ -20,7 +20,8 @@ const EnvAllowPlaintext = "SANDBOXFLOW_ALLOW_PLAINTEXT"
 //
 // A refusal in the converter itself would be an untyped decoding error;
 // this way it is the taxonomy's typed, non-retryable failure, raised where
-// every other bad input is.
+// every other bad input is. The inputs of your own workflows refuse plain
+// text only if they implement it too.
 type PlaintextRefuser interface {
 	RefusePlaintext()
 }
