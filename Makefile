@@ -106,7 +106,7 @@ webui-check: bin/sandboxflow-init
 	@$(call debian_package,webui-check,chromium,chromium)
 	cd devserver && $(GO) run ./cmd/webuicheck -chromium /usr/bin/chromium -out ../docs/webui-compensated.png
 
-## generate: regenerate the committed mocks
+## generate: regenerate the committed mocks and the JSON Schema (docs/schema)
 generate:
 	$(GO) generate ./...
 	cd localsandbox && $(GO) generate ./...

@@ -158,7 +158,25 @@ func aad(id string) []byte { return []byte(aadPrefix + id) }
 // applied to every payload: set it as client.Options.DataConverter on every
 // client of an encrypted namespace. Nil k is the default converter
 // (encryption off).
+//
+// It refuses plain text where it matters: a PlaintextRefuser (a workflow's
+// or an Update's input) decoded from a payload that arrived unencrypted is
+// told to refuse, so a worker with keys fails such a workflow, or rejects
+// such an Update, as SandboxInvalidInput before it runs anything. Whoever
+// can write to the namespace could otherwise start commands that no holder
+// of the key ring asked for. DataConverterAllowingPlaintext does not refuse.
 func DataConverter(k *Keys) converter.DataConverter {
+	if k == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return refusingConverter{DataConverterAllowingPlaintext(k)}
+}
+
+// DataConverterAllowingPlaintext is DataConverter without the refusal of
+// plain-text input: for a worker whose operator allows it explicitly
+// (--allow-plaintext-input, EnvAllowPlaintext), for example while the runs
+// started before encryption was turned on finish.
+func DataConverterAllowingPlaintext(k *Keys) converter.DataConverter {
 	if k == nil {
 		return converter.GetDefaultDataConverter()
 	}

@@ -23,7 +23,9 @@
 //	                      ring of SANDBOXFLOW_CODEC_KEYS or SANDBOXFLOW_CODEC_KEYS_FILE,
 //	                      else a fresh one that lives as long as the process. Either
 //	                      variable alone turns encryption on too. The Web UI decodes
-//	                      through the stack's codec server.
+//	                      through the stack's codec server. The worker then refuses
+//	                      workflow and Update input that arrived unencrypted, unless
+//	                      --allow-plaintext-input (SANDBOXFLOW_ALLOW_PLAINTEXT=1).
 //	--metrics-listen ADDR serve the worker's Prometheus metrics at ADDR/metrics
 //	                      (default: none)
 //	--egress off          the leases' outward network (the in-process sandbox
@@ -139,6 +141,8 @@ func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
 	fs.StringVar(&f.opts.Worker.TaskQueue, "task-queue", workflows.DefaultTaskQueue, "task queue of the worker")
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "debug, info, warn or error")
 	fs.BoolVar(&f.encrypt, "encrypt", false, "encrypt every payload (keys: SANDBOXFLOW_CODEC_KEYS[_FILE], else a fresh dev ring)")
+	fs.BoolVar(&f.opts.Worker.AllowPlaintextInput, "allow-plaintext-input", os.Getenv(codec.EnvAllowPlaintext) == "1",
+		"with --encrypt, let the worker take workflow and Update input that arrived unencrypted ("+codec.EnvAllowPlaintext+"=1)")
 	fs.StringVar(&f.opts.Worker.MetricsListen, "metrics-listen", "", "serve the worker's Prometheus metrics on this address at /metrics")
 	f.opts.Sandbox.Egress = localsandbox.EgressOff
 	fs.Var(egressPolicyFlag{&f.opts.Sandbox.Egress}, "egress", "the leases' outward network, a `POLICY`: off (loopback only), allowlist (only the run's egress rules) or any; other than off needs root and slirp4netns")

@@ -196,3 +196,5 @@
 // replayed in tests (testdata/*.json); any change to the sequence of
 // commands must go behind workflow.GetVersion.
 package workflows
+
+//go:generate go run ../internal/schemagen -root ..

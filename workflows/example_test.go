@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -10,11 +11,13 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxtest"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -122,4 +125,36 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	fmt.Println(outputs)
+}
+
+// RunCommand in a unit test: sandboxtest wires it and its activities into
+// the Temporal SDK's test environment over any sandbox.Provider — here an
+// in-memory stand-in that runs only echo. In production a client starts
+// workflows.WorkflowName on a worker of ExampleRegister with the same
+// Request, from Go or any language (docs/POLYGLOT.md).
+func ExampleRunCommand() {
+	env := sandboxtest.NewWorkflowEnvironment(newEchoSandbox())
+	env.ExecuteWorkflow(workflows.WorkflowName, workflows.Request{
+		Command: sandbox.Command{Argv: []string{"echo", "hello,", "sandbox"}, Timeout: 10 * time.Second},
+	})
+	var res workflows.Result
+	if err := env.GetWorkflowResult(&res); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("exit %d on %s, destroyed %v: %s", res.ExitCode, res.LeaseID, res.DestroyedLeases, res.Stdout)
+	// Output: exit 0 on sb-1, destroyed [sb-1]: hello, sandbox
+}
+
+// Bad input fails typed, before a lease is created: SandboxInvalidInput,
+// whose details name the field by its JSON path.
+func ExampleRunCommand_invalidInput() {
+	env := sandboxtest.NewWorkflowEnvironment(newEchoSandbox())
+	env.ExecuteWorkflow(workflows.WorkflowName, workflows.Request{Command: sandbox.Command{Argv: []string{""}}})
+	var appErr *temporal.ApplicationError
+	if errors.As(env.GetWorkflowError(), &appErr) {
+		var details sandbox.FailureDetails
+		_ = appErr.Details(&details)
+		fmt.Println(appErr.Type(), details.Field, details.Reason)
+	}
+	// Output: SandboxInvalidInput command.argv a command needs a program name
 }

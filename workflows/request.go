@@ -61,6 +61,16 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// RefusePlaintext makes Validate fail: the request arrived unencrypted at
+// a worker that holds a key ring (codec.PlaintextRefuser).
+func (r *Request) RefusePlaintext() { r.decodeErr = errPlaintextInput }
+
+// errPlaintextInput is how an input refused by codec.PlaintextRefuser
+// fails. It names the input as a whole, as sandbox.DecodeError does for an
+// input that is no JSON object, and the way out.
+var errPlaintextInput = &sandbox.InvalidInputError{Field: "input",
+	Reason: "plaintext input: this worker holds encryption keys and takes only encrypted input (encrypt it with the namespace's codec, or start the worker with --allow-plaintext-input)"}
+
 // Validate checks the request without running anything. It returns an
 // *sandbox.InvalidInputError naming the first field at fault by its JSON
 // path ("command.argv", "lease.autoPauseAfter").

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
@@ -64,5 +65,25 @@ func TestMalformedRequestFailsAsInvalidInputNamingTheField(t *testing.T) {
 			assert.Equal(t, field, d.Field)
 			assertNoGoTypeNames(t, err)
 		})
+	}
+}
+
+// Every input a worker with keys must not take in plain text refuses it
+// (codec.PlaintextRefuser), and then fails its validation as
+// SandboxInvalidInput naming the input as a whole.
+func TestInputsRefusePlaintext(t *testing.T) {
+	req, sreq := &Request{Command: sandbox.Command{Argv: []string{"true"}}}, &SessionRequest{}
+	cmd, egress := &SessionCommand{Command: req.Command}, &SessionEgress{Egress: []string{"*"}}
+	inputs := []interface {
+		codec.PlaintextRefuser
+		Validate() error
+	}{req, sreq, cmd, egress}
+	for _, in := range inputs {
+		require.NoError(t, in.Validate(), "%T", in)
+		in.RefusePlaintext()
+		var invalid *sandbox.InvalidInputError
+		require.ErrorAs(t, in.Validate(), &invalid, "%T", in)
+		assert.Equal(t, "input", invalid.Field)
+		assert.Contains(t, invalid.Reason, "plaintext input")
 	}
 }

@@ -107,6 +107,9 @@ func (r *SessionRequest) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// RefusePlaintext makes Validate fail, as Request.RefusePlaintext does.
+func (r *SessionRequest) RefusePlaintext() { r.decodeErr = errPlaintextInput }
+
 // SessionCarried is the state a session carries across continue-as-new.
 type SessionCarried struct {
 	RunKey         string         `json:"runKey"`
@@ -184,6 +187,9 @@ func (c *SessionCommand) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// RefusePlaintext makes Validate fail, as Request.RefusePlaintext does.
+func (c *SessionCommand) RefusePlaintext() { c.decodeErr = errPlaintextInput }
+
 // Validate checks the command without running anything, as the execute
 // Update's validator does: a command it rejects never enters history.
 func (c SessionCommand) Validate() error {
@@ -229,11 +235,23 @@ type SessionEgress struct {
 	// Egress replaces the rules (sandbox.LeaseSpec.Egress): "*" or empty
 	// allows everything the sandbox server allows.
 	Egress []string `json:"egress"`
+
+	// refused is set when the rules arrived unencrypted at a worker that
+	// holds a key ring.
+	refused bool
 }
+
+// RefusePlaintext makes Validate fail, as Request.RefusePlaintext does.
+func (e *SessionEgress) RefusePlaintext() { e.refused = true }
 
 // Validate checks the rules without sending anything, as the set_egress
 // Update's validator does.
-func (e SessionEgress) Validate() error { return sandbox.CheckEgress("egress", e.Egress) }
+func (e SessionEgress) Validate() error {
+	if e.refused {
+		return errPlaintextInput
+	}
+	return sandbox.CheckEgress("egress", e.Egress)
+}
 
 // SessionFork is what UpdateFork returns: the new session.
 type SessionFork struct {

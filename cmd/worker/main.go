@@ -21,7 +21,9 @@
 // (SANDBOXFLOW_METRICS_LISTEN, default 127.0.0.1:9090; empty: none), and
 // encrypts every payload it writes to history when SANDBOXFLOW_CODEC_KEYS or
 // SANDBOXFLOW_CODEC_KEYS_FILE holds a key ring (see package codec); starters
-// must then hold the same ring.
+// must then hold the same ring. Such a worker refuses a workflow or an
+// Update whose input arrived unencrypted (SandboxInvalidInput, "plaintext
+// input"), unless --allow-plaintext-input (SANDBOXFLOW_ALLOW_PLAINTEXT=1).
 package main
 
 import (
@@ -64,7 +66,7 @@ func main() {
 	if err != nil {
 		fatal("%v", err)
 	}
-	options.DataConverter, options.FailureConverter = codec.DataConverter(keys), codec.FailureConverter(keys)
+	options.DataConverter, options.FailureConverter = cfg.DataConverter(keys), codec.FailureConverter(keys)
 	if cfg.MetricsListen != "" {
 		m, err := workerapp.ServeMetrics(cfg.MetricsListen)
 		if err != nil {

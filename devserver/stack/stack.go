@@ -360,8 +360,11 @@ func (s *Stack) RestartTemporal(ctx context.Context) error {
 }
 
 // DataConverter is the converter of the stack's payloads: with
-// Options.Codec, the codec over the default converter; else the default.
-func (s *Stack) DataConverter() converter.DataConverter { return codec.DataConverter(s.opts.Codec) }
+// Options.Codec, the codec over the default converter (refusing plain-text
+// input unless Options.Worker.AllowPlaintextInput); else the default.
+func (s *Stack) DataConverter() converter.DataConverter {
+	return s.opts.Worker.DataConverter(s.opts.Codec)
+}
 
 // ClientOptions are the options of a client of the stack's Temporal
 // server that reads and writes payloads as the stack's worker does, and

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/sandboxflow/sandboxflow/activities"
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/createos"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
@@ -47,6 +49,13 @@ type Config struct {
 	// does not read it: metrics reach Prometheus through the client's
 	// MetricsHandler.
 	MetricsListen string
+	// AllowPlaintextInput lets a worker with a key ring take workflow and
+	// Update inputs that arrived unencrypted (DataConverter). Without it
+	// such a workflow fails, or such an Update is rejected, as
+	// SandboxInvalidInput ("plaintext input") before anything runs: only
+	// holders of the ring may start commands. Allow it while the runs
+	// started before encryption was turned on finish.
+	AllowPlaintextInput bool
 	// Options tune the Temporal worker (pollers, eager activities …). New
 	// sets WorkerStopTimeout from StopTimeout, and MaxHeartbeatThrottleInterval
 	// when it is zero; host mode sets its slot limits too.
@@ -91,6 +100,18 @@ func (c Config) Format(f fmt.State, verb rune) {
 
 // LogValue logs the configuration as Format prints it.
 func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
+
+// DataConverter is the data converter of the worker's client for key
+// ring k (nil: no encryption): codec.DataConverter, which refuses
+// plain-text input, or with AllowPlaintextInput
+// codec.DataConverterAllowingPlaintext. The worker takes its converter
+// from the client, so this is set on the client's options.
+func (c Config) DataConverter(k *codec.Keys) converter.DataConverter {
+	if c.AllowPlaintextInput {
+		return codec.DataConverterAllowingPlaintext(k)
+	}
+	return codec.DataConverter(k)
+}
 
 // New creates a worker in plain mode on c, with RunCommand, the reaper
 // and the activities registered. EnsureReaper creates the reaper's
@@ -145,6 +166,8 @@ func Flags(fs *flag.FlagSet, getenv func(string) string) *Config {
 	fs.DurationVar(&cfg.Sandbox.PaceInterval, "sandbox-pace", durationEnv(getenv, "SANDBOX_PACE_INTERVAL"),
 		"least time between two requests; 0 = 300ms off loopback, none on it; negative = none (SANDBOX_PACE_INTERVAL)")
 	fs.StringVar(&cfg.SecretPrefix, "secret-prefix", env("SANDBOXFLOW_SECRET_PREFIX", "SANDBOXFLOW_SECRET_"), "environment prefix of command secrets")
+	fs.BoolVar(&cfg.AllowPlaintextInput, "allow-plaintext-input", getenv(codec.EnvAllowPlaintext) == "1",
+		"with a key ring, take workflow and Update inputs that arrived unencrypted instead of failing them ("+codec.EnvAllowPlaintext+"=1)")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 30*time.Second, "how long a stopping worker lets activities finish")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", env("SANDBOXFLOW_METRICS_LISTEN", DefaultMetricsListen),
 		`serve Prometheus metrics at /metrics on this address; "" serves none (SANDBOXFLOW_METRICS_LISTEN)`)

@@ -14,8 +14,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/sandboxflow/sandboxflow/codec"
 	"github.com/sandboxflow/sandboxflow/metrics"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 func parse(t *testing.T, env map[string]string, args ...string) *Config {
@@ -85,5 +89,27 @@ func TestHostFlags(t *testing.T) {
 	for _, bad := range []Config{{Host: "no/slash"}, {Host: "h1", HostCapacity: -1}} {
 		_, err := NewHost(nil, bad)
 		assert.Error(t, err, "%+v", bad)
+	}
+}
+
+// Plain-text input is refused unless the operator allows it, by flag or
+// environment, and the worker's converter follows the choice.
+func TestAllowPlaintextInputFlag(t *testing.T) {
+	assert.False(t, parse(t, nil).AllowPlaintextInput, "refused unless told")
+	assert.True(t, parse(t, nil, "--allow-plaintext-input").AllowPlaintextInput)
+	assert.True(t, parse(t, map[string]string{codec.EnvAllowPlaintext: "1"}).AllowPlaintextInput)
+
+	keys, err := codec.GenerateKeys("k1")
+	require.NoError(t, err)
+	plain, err := converter.GetDefaultDataConverter().ToPayload(workflows.Request{Command: sandbox.Command{Argv: []string{"true"}}})
+	require.NoError(t, err)
+	for _, allow := range []bool{false, true} {
+		var req workflows.Request
+		require.NoError(t, Config{AllowPlaintextInput: allow}.DataConverter(keys).FromPayload(plain, &req))
+		if allow {
+			assert.NoError(t, req.Validate(), "allowed")
+		} else {
+			assert.ErrorContains(t, req.Validate(), "plaintext input")
+		}
 	}
 }
