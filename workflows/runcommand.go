@@ -273,6 +273,7 @@ func (r *run) unattended(ctx workflow.Context, lease sandbox.Lease, horizon time
 	}
 	if derr := r.destroy(ctx, lease); derr != nil {
 		workflow.GetLogger(ctx).Error("could not destroy the lease of an unattended command; the release tries again", "lease", lease.ID, "error", derr)
+		r.req.KeepLease = false // so that the release destroys it, not keeps it
 		return failure
 	}
 	r.lease = nil
