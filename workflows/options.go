@@ -48,10 +48,14 @@ type ActivityOptions struct {
 	// as lost (DefaultHostStartTimeout when zero). Set on CreateLease or
 	// AcquireFreshLease, it bounds the wait for a host with room, which is
 	// otherwise unbounded.
-	ScheduleToStartTimeout time.Duration         `json:"scheduleToStartTimeout,omitempty"`
-	StartToCloseTimeout    time.Duration         `json:"startToCloseTimeout,omitempty"`
-	HeartbeatTimeout       time.Duration         `json:"heartbeatTimeout,omitempty"`
-	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
+	ScheduleToStartTimeout time.Duration `json:"scheduleToStartTimeout,omitempty"`
+	StartToCloseTimeout    time.Duration `json:"startToCloseTimeout,omitempty"`
+	HeartbeatTimeout       time.Duration `json:"heartbeatTimeout,omitempty"`
+	// RetryPolicy replaces the activity's retry policy. For Execute, its
+	// MaximumAttempts counts failures of the sandbox service, not attempts:
+	// worker deaths and detaches are retried for free, within the
+	// ScheduleToCloseTimeout (withFailureBudget).
+	RetryPolicy *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
 }
 
 // UnmarshalJSON accepts the timeouts as integer nanoseconds or Go duration
