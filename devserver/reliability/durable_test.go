@@ -172,3 +172,53 @@ func TestStreamCutOnEveryConnectForGood(t *testing.T) {
 	assert.Equal(t, 1, ran(records, marker), describe(records))
 	assert.Len(t, records, 1, describe(records))
 }
+
+// Temporal is slow (4 s each way, past the 2 s heartbeat timeout) until
+// Execute's horizon — here a ScheduleToCloseTimeout of 10 s — runs out:
+// no attempt can follow the command. The run fails typed,
+// SandboxUnattended, not with Temporal's untyped timeout, and destroys
+// the lease with the command, though the request keeps its lease: no
+// command is left running without an owner. On be7ee59 the run failed
+// with the untyped timeout and the lease stayed, the command running.
+func TestUnattendedCommandIsKilledWithItsLease(t *testing.T) {
+	e := start(t, options{noWorker: true})
+	relay := newDelayRelay(t, e.stack.Temporal.FrontendHostPort())
+	e.startWorkerVia(relay.addr())
+	marker := newMarker()
+	req := shortHeartbeats(command(marker, heldScript))
+	req.ActivityOptions.Execute.ScheduleToCloseTimeout = 10 * time.Second
+	req.KeepLease = true
+
+	run := e.startRun(req)
+	rec := e.waitRunning(e.stack.Sandbox, marker)
+	e.waitFollowing(run.GetID(), 1)
+	relay.setDelay(4 * time.Second)
+	// Watched in the history, not with DescribeWorkflowExecution: the
+	// Temporal server (1.32) races encoding a described pending activity's
+	// heartbeat details against writing them into its timeout event.
+	require.Eventually(t, func() bool {
+		it := e.stack.Client.GetWorkflowHistory(t.Context(), run.GetID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			event, err := it.Next()
+			if err != nil {
+				return false
+			}
+			if event.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT {
+				return true
+			}
+		}
+		return false
+	}, waitShort, poll, "Execute's horizon never ran out")
+	relay.setDelay(0)
+	_, err := e.result(run)
+
+	appErr := requireApplicationError(t, err, sandbox.TypeUnattended)
+	var d sandbox.FailureDetails
+	require.NoError(t, appErr.Details(&d))
+	assert.Equal(t, rec.LeaseID, d.LeaseID)
+	e.assertLeaseGone(rec.LeaseID)
+	records := processes(e.stack.Sandbox, marker)
+	assert.Equal(t, 1, ran(records, marker), describe(records))
+	require.Len(t, records, 1)
+	assert.NoError(t, killed(records[0]), "the command was killed, not left to run")
+}
