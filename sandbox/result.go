@@ -29,9 +29,10 @@ type Result struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// Starts is how many times the command was started: the processes
 	// created for it and recorded in Temporal, across Execute's attempts
-	// and the fresh leases of compensation. 1 unless a kill could not be
-	// confirmed (docs/RELIABILITY.md, "Exactly once"); set by the
-	// activities and the workflows, not by a Provider.
+	// and the fresh leases of compensation: 1, unless the command had to
+	// run again on a fresh lease (a kill that could not be confirmed, a
+	// lease that vanished, a lost host: docs/RELIABILITY.md, "Exactly
+	// once"). Set by the activities and the workflows, not by a Provider.
 	Starts int `json:"starts,omitempty"`
 }
 
