@@ -49,6 +49,11 @@ func attemptOf(ctx context.Context) int {
 func classify(err error) error { return classifyAttempt(err, 0) }
 
 func classifyAttempt(err error, attempt int) error {
+	return classifyWith(err, func(d *sandbox.FailureDetails) { d.Attempt = attempt })
+}
+
+// classifyWith is classify with details that adjust fills in further.
+func classifyWith(err error, adjust func(*sandbox.FailureDetails)) error {
 	if err == nil {
 		return nil
 	}
@@ -59,7 +64,7 @@ func classifyAttempt(err error, attempt int) error {
 	// SandboxUnexpectedError. Retrying is the safe default for operations
 	// that never reuse a tainted lease.
 	d := sandbox.DetailsOf(err)
-	d.Attempt = attempt
+	adjust(&d)
 	return NewFailure(err.Error(), d, nil)
 }
 

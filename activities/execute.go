@@ -24,6 +24,15 @@ type ExecuteInput struct {
 	// variable name → secret name, resolved on the worker by
 	// Activities.Secrets. Only the names travel through workflow history.
 	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+	// MaxFailures is how many failures of the sandbox service (a retryable
+	// failure: a lost output connection, a 5xx, an unreachable server) the
+	// command's Execute may meet, across its attempts, before it gives up
+	// with a non-retryable failure; zero sets no budget of its own. A
+	// worker's death, a detach and Temporal's refusal to record a process
+	// are not failures and cost nothing. The workflows move Execute's
+	// RetryPolicy.MaximumAttempts here (workflows/options.go), and schedule
+	// Execute with unlimited attempts bounded by its ScheduleToCloseTimeout.
+	MaxFailures int `json:"maxFailures,omitempty"`
 }
 
 // ExecuteProgress is what Execute records in its heartbeats: what the Web UI
@@ -40,8 +49,17 @@ type ExecuteProgress struct {
 	Bytes int64 `json:"bytes,omitempty"`
 	// Ended is set when the attempt that recorded it saw the process end or
 	// killed it: a retry must then start the command anew rather than attach
-	// to a dead process.
+	// to a dead process. An attempt that could not read the output of its
+	// process (a connection exhaustion) leaves it unset: the process is
+	// left as it was, and the retry attaches to it and reads on.
 	Ended bool `json:"ended,omitempty"`
+	// Starts counts the processes started for the command and recorded in
+	// Temporal, across attempts: what Result.Starts reports.
+	Starts int `json:"starts,omitempty"`
+	// Failures counts the failures of the sandbox service met so far,
+	// across attempts: what ExecuteInput.MaxFailures bounds. A heartbeat
+	// timeout or a detach leaves it as it was.
+	Failures int `json:"failures,omitempty"`
 	// Stdout and Stderr are the ends of the command's output streams, for
 	// whoever shows it live (the starter, the Web UI's pending activity).
 	Stdout OutputTail `json:"stdout,omitzero"`
@@ -98,8 +116,19 @@ func (t *OutputTail) append(text string) {
 // its command never started (sandbox.ErrNeverStarted: an attempt that could
 // not record it killed it behind its gate); otherwise its result is lost
 // (a SandboxOutputEvicted failure), never a second run. When Execute
-// ends a process itself (it exited, timed out, lost its output connection or
-// was cancelled), its last heartbeat says so, and a retry starts afresh.
+// ends a process itself (it exited, timed out or was cancelled), its last
+// heartbeat says so, and a retry starts afresh.
+//
+// An attempt that cannot read its command's output (a connection
+// exhaustion) leaves the process as it is, running or exited with its
+// result on the server, and fails retryably: the next attempt re-attaches
+// and reads the exit status and the output, so a command is never run
+// again only because its reader failed. Each such failure, like every
+// other retryable failure of the sandbox service, counts against
+// ExecuteInput.MaxFailures; the attempt that spends the budget kills the
+// process (an unconfirmed kill is a cleanup error) and fails for good.
+// Worker deaths and detaches cost nothing: the count travels in the
+// heartbeat details (ExecuteProgress.Failures), which survive them.
 //
 // Cancellation arrives through the heartbeat: the process tree is killed and
 // the activity reports itself cancelled.
@@ -126,7 +155,8 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 	}
 
 	m := meterOf(ctx)
-	progress := &progressRecorder{ctx: ctx, record: a.heartbeats().RecordHeartbeatNow, bytes: m.outputCounters(), progress: ExecuteProgress{LeaseID: lease.ID}}
+	progress := &progressRecorder{ctx: ctx, record: a.heartbeats().RecordHeartbeatNow, bytes: m.outputCounters(),
+		progress: ExecuteProgress{LeaseID: lease.ID, Starts: previous.Starts, Failures: previous.Failures}}
 	reattach := previous.Process.ID != "" && !previous.Ended
 	if reattach {
 		// Before the periodic heartbeats begin: none of them may forget
@@ -157,27 +187,83 @@ func (a *Activities) Execute(ctx context.Context, in ExecuteInput) (sandbox.Resu
 		// The process runs on; the last heartbeat names it, so the next
 		// attempt attaches to it.
 		d := sandbox.NewFailureDetails(TypeDetached)
-		d.LeaseID, d.ProcessID, d.Attempt = lease.ID, progress.processID(), attemptOf(ctx)
+		d.LeaseID, d.ProcessID, d.Attempt, d.Starts = lease.ID, progress.processID(), attemptOf(ctx), progress.starts()
 		return sandbox.Result{}, NewFailure(
 			"left the command running for the next attempt to attach to: "+context.Cause(runCtx).Error(), d, nil)
+	}
+	var unrecorded *unrecordedError
+	if errors.As(err, &unrecorded) && sandbox.ErrorType(err) == "" {
+		// Killed before its command could start: a retry starts afresh.
+		progress.end()
+		d := sandbox.NewFailureDetails(TypeUnrecorded)
+		d.LeaseID, d.Attempt, d.Starts = lease.ID, attemptOf(ctx), progress.starts()
+		return sandbox.Result{}, NewFailure(err.Error(), d, nil)
+	}
+	retry := err != nil && sandbox.Retryable(err) && !budgetSpent(ctx, progress.failed(), in.MaxFailures)
+	var exhausted *sandbox.ConnectionExhaustedError
+	if errors.As(err, &exhausted) && exhausted.Running {
+		if retry {
+			// The process is left as it is, and the last heartbeat names
+			// it, not Ended: the next attempt attaches and reads on.
+			return sandbox.Result{}, executeFailure(ctx, err, progress.starts(), true)
+		}
+		err = a.stopLeft(ctx, lease, progress.process(), err)
 	}
 	// Otherwise this attempt is done with the process: it exited, or the
 	// provider killed it (or reported why it could not).
 	started := progress.end()
-	var unrecorded *unrecordedError
-	if errors.As(err, &unrecorded) && sandbox.ErrorType(err) == "" {
-		// Killed before its command could start: a retry starts afresh.
-		d := sandbox.NewFailureDetails(TypeUnrecorded)
-		d.LeaseID, d.Attempt = lease.ID, attemptOf(ctx)
-		return sandbox.Result{}, NewFailure(err.Error(), d, nil)
-	}
 	if err != nil {
-		return sandbox.Result{}, fail(ctx, err)
+		return sandbox.Result{}, executeFailure(ctx, err, progress.starts(), retry)
 	}
 	if !started.IsZero() {
 		m.commandEnded(started)
 	}
+	result.Starts = progress.starts()
 	return result, nil
+}
+
+// budgetSpent reports whether an Execute attempt that met the command's
+// failures-th failure of the sandbox service is its last: the budget
+// (maxFailures, if set) is used up, or Temporal will not retry it — the
+// attempt is the last that its retry policy allows, which is where a
+// workflow of an earlier version puts the budget.
+func budgetSpent(ctx context.Context, failures, maxFailures int) bool {
+	if maxFailures > 0 && failures >= maxFailures {
+		return true
+	}
+	if !activity.IsActivity(ctx) {
+		return false
+	}
+	info := activity.GetInfo(ctx)
+	return info.RetryPolicy != nil && info.RetryPolicy.MaximumAttempts > 0 && info.Attempt >= info.RetryPolicy.MaximumAttempts
+}
+
+// stopLeft kills the process that a connection exhaustion left running,
+// once no attempt will follow it any more: an Attach whose context has
+// ended kills the process tree (sandbox.Provider.Attach, as Execute kills a
+// cancelled command). It returns cause, or the *sandbox.CleanupError of a
+// kill that was not confirmed: then the lease may hold the process, and is
+// given up.
+func (a *Activities) stopLeft(ctx context.Context, lease sandbox.Lease, proc sandbox.Process, cause error) error {
+	kctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	cancel(errors.New("the failure budget is spent: stop the process"))
+	_, err := a.Provider.Attach(kctx, lease, proc, nil)
+	if sandbox.IsCleanupError(err) {
+		activity.GetLogger(ctx).Warn("could not confirm the kill of a process whose output could not be read", "lease", lease.ID, "process", proc.ID, "error", err)
+		return err
+	}
+	return cause
+}
+
+// executeFailure is fail for Execute: its details count the command's
+// starts, and a failure that spent the budget (retry false) is not
+// retryable, whatever its kind.
+func executeFailure(ctx context.Context, err error, starts int, retry bool) error {
+	meterOf(ctx).failed(err)
+	return classifyWith(err, func(d *sandbox.FailureDetails) {
+		d.Attempt, d.Starts = attemptOf(ctx), starts
+		d.Retryable = d.Retryable && retry
+	})
 }
 
 // TypeDetached is the (retryable) error type of an Execute attempt that
@@ -320,10 +406,33 @@ func (r *progressRecorder) resume(previous ExecuteProgress) {
 }
 
 // processID is the process this attempt follows, once it exists.
-func (r *progressRecorder) processID() string {
+func (r *progressRecorder) processID() string { return r.process().ID }
+
+// process is the process this attempt follows, once it exists.
+func (r *progressRecorder) process() sandbox.Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.progress.Process.ID
+	return r.progress.Process
+}
+
+// starts is ExecuteProgress.Starts.
+func (r *progressRecorder) starts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress.Starts
+}
+
+// failed counts a failure of the sandbox service in the heartbeat
+// details, and returns the count. The SDK sends the last details it was
+// given before it reports the attempt's failure, so the next attempt
+// finds the count.
+func (r *progressRecorder) failed() int {
+	r.mu.Lock()
+	r.progress.Failures++
+	failures := r.progress.Failures
+	r.mu.Unlock()
+	activity.RecordHeartbeat(r.ctx, r.snapshot())
+	return failures
 }
 
 // Started records the process and returns once the Temporal server has
@@ -349,6 +458,7 @@ func (r *progressRecorder) Started(p sandbox.Process) error {
 	r.startedAt = time.Now()
 	details := r.progress
 	details.Process = p
+	details.Starts++
 	r.mu.Unlock()
 	var err error
 	r.hold(func() {
@@ -356,7 +466,7 @@ func (r *progressRecorder) Started(p sandbox.Process) error {
 			return
 		}
 		r.mu.Lock()
-		r.progress.Process = p
+		r.progress.Process, r.progress.Starts = p, details.Starts
 		r.mu.Unlock()
 		activity.RecordHeartbeat(r.ctx, r.snapshot())
 	})
@@ -370,7 +480,7 @@ func (r *progressRecorder) Started(p sandbox.Process) error {
 // command is started anew.
 func (r *progressRecorder) forget() {
 	r.mu.Lock()
-	r.progress = ExecuteProgress{LeaseID: r.progress.LeaseID}
+	r.progress = ExecuteProgress{LeaseID: r.progress.LeaseID, Starts: r.progress.Starts, Failures: r.progress.Failures}
 	r.replayed = 0
 	r.mu.Unlock()
 }

@@ -49,8 +49,10 @@ var errTimedOut = errors.New("the command ran out of time")
 // even when ctx has ended (the observer's refusal says why); a timeout (a
 // Result with TimedOut); an error wrapping ctx's error ("command
 // cancelled"); then the failure itself: *sandbox.ConnectionExhaustedError
-// (the output could not be re-attached; the process was killed, so it may
-// be retried),
+// (the output could not be re-attached: the process is left as it is,
+// running or exited with its result held by the server, and the error's
+// Running is set, so that a later Attach reads on instead of the command
+// running again),
 // *sandbox.OutputEvictedError, *sandbox.ProtocolError,
 // *sandbox.LeaseGoneError, *sandbox.APIError, *sandbox.UnavailableError or
 // *sandbox.InvalidInputError.
@@ -74,7 +76,11 @@ func (c *Client) Execute(ctx context.Context, lease sandbox.Lease, cmd sandbox.C
 // start gate in case the earlier caller died before it did (harmless
 // otherwise), the gate file of earlier versions' scripts included; the
 // timeout runs to proc.Deadline. Failures, reconnects and
-// cleanup are those of Execute.
+// cleanup are those of Execute: in particular, a connection exhaustion
+// leaves the process for another Attach, and an Attach whose ctx has
+// ended already kills the process tree (an error wrapping ctx's, or a
+// *sandbox.CleanupError if the kill is not confirmed) — the way to stop a
+// process that was left running.
 //
 // If the server no longer holds the start of the output (the first connect
 // answers 410), Attach waits for the process tree to exit and returns its
@@ -312,6 +318,19 @@ func outcomeUnknown(err error) bool {
 	return errors.As(err, &unavailable) || (errors.As(err, &api) && api.Retryable())
 }
 
+// leftForAttach reports whether err, with which a run ended, leaves its
+// process as it is, and marks it so: the output connection was exhausted
+// while the caller's context still runs (a caller that ends it wants the
+// process killed).
+func leftForAttach(err error) bool {
+	var exhausted *sandbox.ConnectionExhaustedError
+	if !errors.As(err, &exhausted) {
+		return false
+	}
+	exhausted.Running = true
+	return true
+}
+
 // finish classifies how the run ended (PROTOCOL.md §6, step 7) and cleans
 // up (step 8). ctx is the caller's; runCtx ended with errTimedOut when the
 // command ran out of time.
@@ -330,6 +349,12 @@ func (r *run) finish(ctx, runCtx context.Context, st exitStatus, err error) (san
 		// The caller leaves the process to a later Attach: no kill, and its
 		// gate and stdin files stay for that Attach to use.
 		return sandbox.Result{}, fmt.Errorf("process %s left running: %w", r.f.pid, sandbox.ErrDetached)
+	case r.f.pid != "" && r.known && ctx.Err() == nil && leftForAttach(err):
+		// The output could not be read, but the process is known: a later
+		// Attach reads on, and gets its exit status if it has exited. Killing
+		// it would lose the result of a command that may have run, and a
+		// retry would run it again.
+		return sandbox.Result{}, err
 	case r.refused:
 		// The refusal says why (the observer could not record the
 		// process, often because ctx is ending): the caller tells that

@@ -258,10 +258,10 @@ func TestExecuteConnectionExhausted(t *testing.T) {
 	var api *sandbox.APIError
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, http.StatusBadGateway, api.Status)
-	assert.True(t, sandbox.Retryable(err), "the process was killed: a retry is safe")
-	assertKilled(t, f, "p-2")
-	assert.Equal(t, []string{"createProcess", "connect", "connect", "connect", "connect", "deleteProcess"}, f.routes(),
-		"the gate never opened")
+	assert.True(t, sandbox.Retryable(err), "a retry attaches to the process")
+	assert.True(t, exhausted.Running, "left behind its gate for a retry to attach to")
+	assert.Equal(t, []string{"createProcess", "connect", "connect", "connect", "connect"}, f.routes(),
+		"the gate never opened, and nothing was killed")
 }
 
 func TestExecuteReconnectsInsideACharacter(t *testing.T) {
@@ -682,7 +682,8 @@ func TestExecuteWaitFallbackReplaysOnce(t *testing.T) {
 			var exhausted *sandbox.ConnectionExhaustedError
 			require.ErrorAs(t, err, &exhausted)
 			assert.Equal(t, 5, exhausted.Attempts)
-			assertKilled(t, f, "p-2")
+			assert.True(t, exhausted.Running, "the exited process is left with its result, for a retry to read")
+			assert.Zero(t, f.count("deleteProcess"))
 		})
 	}
 }

@@ -33,6 +33,13 @@ const (
 	// in Temporal; the process was killed before its command started, so
 	// the next attempt starts it afresh. Retryable.
 	TypeUnrecorded = "SandboxProcessUnrecorded"
+	// TypeUnattended: no Execute attempt followed the command to its end
+	// within its timeout plus the horizon (Execute's
+	// ScheduleToCloseTimeout): its workers kept dying or could not reach
+	// Temporal. The run gives up: the lease, and with it the process tree,
+	// is destroyed (KeepLease or not), so no command is left running
+	// without an owner. Non-retryable.
+	TypeUnattended = "SandboxUnattended"
 	// TypeCompensationExhausted: a command used up its fresh leases and
 	// still could not run. Non-retryable.
 	TypeCompensationExhausted = "SandboxCompensationExhausted"
@@ -99,13 +106,20 @@ func (e *CleanupError) Error() string {
 func (e *CleanupError) Unwrap() error { return e.Err }
 
 // ConnectionExhaustedError means the output stream could not be attached or
-// re-attached within the reconnect budget. The process tree was killed, so
-// the lease is clean and a retry may start the command again.
+// re-attached within the reconnect budget.
+//
+// With Running set, the process was left as it was — running, or exited
+// with its exit status and output held by the server — so that a retry
+// attaches to it again and reads on: a command is never run again only
+// because its output could not be read. Otherwise there was no process to
+// leave (it was never created), or it was killed.
 type ConnectionExhaustedError struct {
 	LeaseID   string
 	ProcessID string
 	// Attempts is how many connects were made.
 	Attempts int
+	// Running: the process was left for a later Attach, not killed.
+	Running bool `json:",omitempty"`
 	// Err is the last connection failure.
 	Err error
 }

@@ -51,6 +51,9 @@ type FailureDetails struct {
 	// DestroyedLeases the leases destroyed (SandboxCompensationExhausted).
 	FreshLeases     int      `json:"freshLeases,omitempty"`
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
+	// Starts is how many times the command was started before the failure
+	// (failures of Execute and of the workflows; see Result.Starts).
+	Starts int `json:"starts,omitempty"`
 	// Cause is the type name of the failure that caused this one, when it
 	// is of the taxonomy (the failure that cost a compensated command its
 	// last lease).

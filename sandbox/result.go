@@ -27,6 +27,13 @@ type Result struct {
 	// Truncated is set when Stdout or Stderr holds only a tail of the
 	// stream, or when output was lost before it could be read.
 	Truncated bool `json:"truncated,omitempty"`
+	// Starts is how many times the command was started: the processes
+	// created for it and recorded in Temporal, across Execute's attempts
+	// and the fresh leases of compensation: 1, unless the command had to
+	// run again on a fresh lease (a kill that could not be confirmed, a
+	// lease that vanished, a lost host: docs/RELIABILITY.md, "Exactly
+	// once"). Set by the activities and the workflows, not by a Provider.
+	Starts int `json:"starts,omitempty"`
 }
 
 // ShellExitCode is the status a shell would report for the command: the

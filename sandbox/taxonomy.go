@@ -69,6 +69,7 @@ var kinds = []Kind{
 	{Type: TypeUnexpected, RaisedBy: RaisedByActivity, Retry: RetryAlways},
 	{Type: TypeDetached, RaisedBy: RaisedByActivity, Retry: RetryAlways},
 	{Type: TypeUnrecorded, RaisedBy: RaisedByActivity, Retry: RetryAlways},
+	{Type: TypeUnattended, RaisedBy: RaisedByWorkflow, Retry: RetryNever},
 	{Type: TypeCompensationExhausted, RaisedBy: RaisedByWorkflow, Retry: RetryNever},
 	{Type: TypeSessionClosed, RaisedBy: RaisedByWorkflow, Retry: RetryNever},
 }
@@ -231,6 +232,10 @@ func IsDetached(err error) bool { return ErrorType(err) == TypeDetached }
 // IsUnrecorded: an Execute attempt could not record its process, which was
 // killed before its command started (SandboxProcessUnrecorded).
 func IsUnrecorded(err error) bool { return ErrorType(err) == TypeUnrecorded }
+
+// IsUnattended: no Execute attempt followed the command to its end within
+// its timeout plus the horizon; the run gave up on it (SandboxUnattended).
+func IsUnattended(err error) bool { return ErrorType(err) == TypeUnattended }
 
 // IsCompensationExhausted: a command used up its fresh leases
 // (SandboxCompensationExhausted).

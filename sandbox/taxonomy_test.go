@@ -23,7 +23,7 @@ func (n *named) NonRetryable() bool { return n.nonRetryable }
 
 func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
 	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypeHostLost, TypePaymentRequired,
-		TypeCompensationExhausted, TypeSessionClosed},
+		TypeUnattended, TypeCompensationExhausted, TypeSessionClosed},
 		NonRetryableTypes())
 	var unusable []string
 	for _, k := range Kinds() {
@@ -90,6 +90,7 @@ func TestIsHelpersSeeTypedAndNamedErrors(t *testing.T) {
 		{IsUnexpectedError, &named{typ: TypeUnexpected}, TypeUnexpected},
 		{IsDetached, &named{typ: TypeDetached}, TypeDetached},
 		{IsUnrecorded, &named{typ: TypeUnrecorded}, TypeUnrecorded},
+		{IsUnattended, &named{typ: TypeUnattended, nonRetryable: true}, TypeUnattended},
 		{IsCompensationExhausted, &named{typ: TypeCompensationExhausted, nonRetryable: true}, TypeCompensationExhausted},
 		{IsSessionClosed, &named{typ: TypeSessionClosed, nonRetryable: true}, TypeSessionClosed},
 	} {

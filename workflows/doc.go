@@ -56,11 +56,19 @@
 // retry that re-attaches to the running process; every other failure ends
 // the run at once, its process killed and its lease destroyed.
 //
+// Execute's attempts are not counted: its MaximumAttempts is a budget of
+// failures of the sandbox service that the activity keeps
+// (withFailureBudget, activities.ExecuteInput.MaxFailures), and worker
+// deaths and detaches are free. Its attempts are bounded by its
+// ScheduleToCloseTimeout, the command's timeout plus ExecuteHorizon;
+// past it the run fails with SandboxUnattended and destroys the lease.
+//
 // The default activity options, written once in this package (options.go):
 //
 //	activity           start-to-close        heartbeat  retries
 //	CreateLease        5 min                 30 s       5 attempts, 1 s → 30 s
-//	Execute            timeout + 5 min       20 s       4 attempts, 1 s → 10 s
+//	Execute            timeout + 5 min,      20 s       4 failures, attempts unlimited, 1 s → 10 s
+//	                   timeout + 1 h all
 //	                   (24 h without one)
 //	DestroyLease       5 min a try, 24 h all 30 s       unlimited within 24 h, 1 s → 1 min
 //	AcquireFreshLease  10 min                30 s       5 attempts, 1 s → 30 s

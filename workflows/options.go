@@ -48,10 +48,14 @@ type ActivityOptions struct {
 	// as lost (DefaultHostStartTimeout when zero). Set on CreateLease or
 	// AcquireFreshLease, it bounds the wait for a host with room, which is
 	// otherwise unbounded.
-	ScheduleToStartTimeout time.Duration         `json:"scheduleToStartTimeout,omitempty"`
-	StartToCloseTimeout    time.Duration         `json:"startToCloseTimeout,omitempty"`
-	HeartbeatTimeout       time.Duration         `json:"heartbeatTimeout,omitempty"`
-	RetryPolicy            *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
+	ScheduleToStartTimeout time.Duration `json:"scheduleToStartTimeout,omitempty"`
+	StartToCloseTimeout    time.Duration `json:"startToCloseTimeout,omitempty"`
+	HeartbeatTimeout       time.Duration `json:"heartbeatTimeout,omitempty"`
+	// RetryPolicy replaces the activity's retry policy. For Execute, its
+	// MaximumAttempts counts failures of the sandbox service, not attempts:
+	// worker deaths and detaches are retried for free, within the
+	// ScheduleToCloseTimeout (withFailureBudget).
+	RetryPolicy *temporal.RetryPolicy `json:"retryPolicy,omitempty"`
 }
 
 // UnmarshalJSON accepts the timeouts as integer nanoseconds or Go duration
@@ -100,18 +104,28 @@ func leaseOptions(startToClose time.Duration) workflow.ActivityOptions {
 	}
 }
 
+// ExecuteHorizon is how long past its command's timeout Execute may go on
+// in all, its attempts together (its ScheduleToCloseTimeout): time for the
+// re-attaches that follow worker deaths and Temporal outages. A command
+// without a timeout gets 24 hours in all. Past it, the run fails with
+// SandboxUnattended and destroys the lease, and the command with it.
+const ExecuteHorizon = time.Hour
+
 // executeOptions are the defaults of Execute. The heartbeat timeout notices
-// a dead worker (the retry then re-attaches to the running command); the
-// maximum attempts bound connection exhaustion.
+// a dead worker (the retry then re-attaches to the running command). The
+// retry policy's MaximumAttempts is the budget of failures of the sandbox
+// service, not of attempts (withFailureBudget); the attempts are bounded by
+// the ScheduleToCloseTimeout, the command's timeout plus ExecuteHorizon.
 func executeOptions(cmd sandbox.Command) workflow.ActivityOptions {
-	startToClose := 24 * time.Hour
+	startToClose, scheduleToClose := 24*time.Hour, 24*time.Hour
 	if cmd.Timeout > 0 {
-		startToClose = cmd.Timeout + 5*time.Minute
+		startToClose, scheduleToClose = cmd.Timeout+5*time.Minute, cmd.Timeout+ExecuteHorizon
 	}
 	return workflow.ActivityOptions{
-		StartToCloseTimeout: startToClose,
-		HeartbeatTimeout:    20 * time.Second,
-		WaitForCancellation: true, // let the activity kill the process tree before the workflow moves on
+		ScheduleToCloseTimeout: scheduleToClose,
+		StartToCloseTimeout:    startToClose,
+		HeartbeatTimeout:       20 * time.Second,
+		WaitForCancellation:    true, // let the activity kill the process tree before the workflow moves on
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
@@ -120,6 +134,26 @@ func executeOptions(cmd sandbox.Command) workflow.ActivityOptions {
 			NonRetryableErrorTypes: nonRetryableTypes(),
 		},
 	}
+}
+
+// withFailureBudget returns Execute's options with the retry policy's
+// MaximumAttempts taken out, and that number: the budget of failures of
+// the sandbox service that the activity enforces itself
+// (activities.ExecuteInput.MaxFailures). Temporal would count every
+// attempt, the worker deaths and detaches that cost nothing among them,
+// and end the run with its untyped timeout while the command ran on. A
+// request's own RetryPolicy override keeps its meaning this way: its
+// MaximumAttempts bounds the failures (1: the first failure is final; 0:
+// no bound but the horizon), its intervals pace the retries.
+func withFailureBudget(opts workflow.ActivityOptions) (workflow.ActivityOptions, int) {
+	if opts.RetryPolicy == nil || opts.RetryPolicy.MaximumAttempts <= 0 {
+		return opts, 0
+	}
+	policy := *opts.RetryPolicy
+	budget := int(policy.MaximumAttempts)
+	policy.MaximumAttempts = 0
+	opts.RetryPolicy = &policy
+	return opts, budget
 }
 
 // destroyOptions are the defaults of DestroyLease: a leaked lease costs

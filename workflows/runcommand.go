@@ -2,8 +2,10 @@ package workflows
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -168,6 +170,7 @@ func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
 	}
 	c := &r.compensation
 	c.begin()
+	starts := 0 // of the command on the leases given up
 	for {
 		var err error
 		switch {
@@ -180,8 +183,10 @@ func (r *run) runWithCompensation(ctx workflow.Context) (Result, error) {
 		if r.lease != nil {
 			var res sandbox.Result
 			if res, err = r.execute(ctx, *r.lease); err == nil {
+				res.Starts += starts
 				return Result{Result: res}, nil
 			}
+			starts += startsOf(err)
 		}
 		if !c.unusable(err) {
 			return Result{}, err
@@ -235,12 +240,56 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 
 func (r *run) execute(ctx workflow.Context, lease sandbox.Lease) (sandbox.Result, error) {
 	r.setPhase(ctx, PhaseExecuting)
-	opts := r.options.execute
+	opts, budget := withFailureBudget(r.options.execute)
 	opts.Summary = fmt.Sprintf("execute `%s` in lease %s", r.publisher.command, lease.ID)
 	var res sandbox.Result
 	err := executeActivity(ctx, opts, lease, activities.NameExecute,
-		activities.ExecuteInput{Lease: lease, Command: r.req.Command, SecretEnv: r.req.SecretEnv}, &res)
+		activities.ExecuteInput{Lease: lease, Command: r.req.Command, SecretEnv: r.req.SecretEnv, MaxFailures: budget}, &res)
+	var timeout *temporal.TimeoutError
+	if sandbox.ErrorType(err) == "" && errors.As(err, &timeout) { // not SandboxHostLost (executeActivity)
+		return res, r.unattended(ctx, lease, opts.ScheduleToCloseTimeout, timeout, err)
+	}
 	return res, err
+}
+
+// unattended is the end of a command that no Execute attempt followed to
+// its end within its horizon (ScheduleToCloseTimeout; the attempts are
+// otherwise unlimited, so only it ends Execute with a timeout): its
+// workers kept dying, or could not reach Temporal. The process may still
+// run with nobody to follow it, so the lease is destroyed with it now —
+// even one the request keeps (KeepLease), since only the whole lease is
+// sure to take the process tree along — and the failure is
+// SandboxUnattended, not Temporal's untyped timeout.
+func (r *run) unattended(ctx workflow.Context, lease sandbox.Lease, horizon time.Duration, timeout *temporal.TimeoutError, err error) error {
+	var last activities.ExecuteProgress
+	if timeout.HasLastHeartbeatDetails() {
+		_ = timeout.LastHeartbeatDetails(&last) // best effort: the details name the process
+	}
+	d := sandbox.NewFailureDetails(sandbox.TypeUnattended)
+	d.LeaseID, d.ProcessID, d.Starts = lease.ID, last.Process.ID, last.Starts
+	failure := activities.NewFailure(fmt.Sprintf("no attempt of Execute followed the command to its end within %s; the lease is destroyed with it", horizon), d, err)
+	if workflow.GetVersion(ctx, "unattended-destroys-lease", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return failure
+	}
+	if derr := r.destroy(ctx, lease); derr != nil {
+		workflow.GetLogger(ctx).Error("could not destroy the lease of an unattended command; the release tries again", "lease", lease.ID, "error", derr)
+		r.req.KeepLease = false // so that the release destroys it, not keeps it
+		return failure
+	}
+	r.lease = nil
+	r.setLease(ctx, sandbox.Lease{})
+	return failure
+}
+
+// startsOf is how many times the command started before the failure err
+// of Execute (sandbox.FailureDetails.Starts).
+func startsOf(err error) int {
+	var appErr *temporal.ApplicationError
+	var d sandbox.FailureDetails
+	if !errors.As(err, &appErr) || appErr.Details(&d) != nil {
+		return 0
+	}
+	return d.Starts
 }
 
 // destroy destroys a lease, or leaves it to its host's sweep when the

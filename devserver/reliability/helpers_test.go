@@ -174,8 +174,9 @@ func fastRetry(attempts int32) *temporal.RetryPolicy {
 	}
 }
 
-// fastActivities keeps the documented retry counts (Execute 4 attempts,
-// lease activities 5, DestroyLease unlimited) with short intervals. The
+// fastActivities keeps the documented retry counts (Execute 4 failures,
+// its attempts unlimited; lease activities 5 attempts, DestroyLease
+// unlimited) with short intervals. The
 // activities mark their failures retryable or not themselves, so the
 // policies need no list of non-retryable types.
 func fastActivities() *workflows.ActivityOverrides {
