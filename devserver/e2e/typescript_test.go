@@ -16,6 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxflow/sandboxflow/codec"
+	"github.com/sandboxflow/sandboxflow/devserver/stack"
+	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
@@ -114,6 +117,32 @@ func TestTypeScriptExamples(t *testing.T) {
 			assert.Equal(t, want, r.OK, "%s against %s: %s", checks[i].Source, checks[i].Message, r.Errors)
 		}
 	})
+}
+
+// A TypeScript client that holds no key runs a command on an encrypting
+// stack through the stack's codec server as its remote codec
+// (src/remote-codec.ts): the command runs, its result comes back decoded,
+// and the Temporal server holds the input as ciphertext. Without the codec
+// the worker refuses the input (TestEncryptingWorkerRefusesPlaintextInput).
+func TestTypeScriptRemoteCodec(t *testing.T) {
+	node := testenv.RequireCommand(t, "node")
+	dir := buildTypeScriptExamples(t, node)
+	keys, err := codec.GenerateKeys("ts-1")
+	require.NoError(t, err)
+	s, _ := startOwnStack(t, stack.Options{Temporal: temporalserver.Options{UIPort: temporalserver.NoUI}, Codec: keys})
+	require.NotEmpty(t, s.CodecURL)
+	stdout := runNode(t, node, dir, "remote-codec", nil,
+		"TEMPORAL_ADDRESS="+s.Temporal.FrontendHostPort(),
+		"TEMPORAL_NAMESPACE="+s.Temporal.Namespace(),
+		"SANDBOXFLOW_CODEC_URL="+s.CodecURL)
+	var got struct {
+		Result         workflows.Result
+		StoredEncoding string
+	}
+	require.NoError(t, json.Unmarshal(stdout, &got), "remote-codec wrote %q", stdout)
+	assert.Equal(t, "encrypted from typescript\n", got.Result.Stdout)
+	assert.Zero(t, got.Result.ExitCode)
+	assert.Equal(t, "binary/encrypted", got.StoredEncoding, "the history holds the input as ciphertext")
 }
 
 // schemaCheck is a value that must fit a message of the schema
