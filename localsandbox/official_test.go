@@ -332,7 +332,7 @@ func TestRootfsListsTheDefaultAndTheDirectory(t *testing.T) {
 	want, def := []string{"host"}, "host" // process groups run on the host
 	if ts.srv.Isolation() == IsolationNamespaces {
 		def = ts.srv.images.debian
-		want = []string{def, "devbox:1", "alpine"}
+		want = append(append([]string{def}, debianAliases...), "alpine")
 	}
 	if !slices.Equal(rootfs.Rootfs, want) || rootfs.Default != def {
 		t.Errorf("rootfs %+v, want %v", rootfs, want)
