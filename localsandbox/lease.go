@@ -43,6 +43,7 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // managed processes running against them.
 type lease struct {
 	server    *Server
+	deleting  sync.Mutex // one destroySandbox at a time: the API's and the lease's own
 	id        string
 	shape     shape
 	labels    map[string]string

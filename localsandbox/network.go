@@ -170,7 +170,7 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*networ
 		return nil, nil
 	}
 	cfg := network.Config{HostLoopback: s.opts.EgressHostLoopback, MaxFlows: s.opts.MaxEgressConnections,
-		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg}
+		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg, Agent: s.selfAPI(l)}
 	if s.opts.Egress != EgressOff {
 		cfg.Slirp4netns, cfg.DNSUpstream = s.opts.Slirp4netns, s.opts.DNSUpstream
 	}
