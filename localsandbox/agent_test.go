@@ -192,3 +192,32 @@ func TestOfficialSDKSelfSignal(t *testing.T) {
 	ts.mustCall("DELETE", "/sandboxes/"+a, nil, nil)
 	assertNothingLeft(t, ts)
 }
+
+// The self API is the lease's own: no preview URL (which carries no key)
+// reaches it, in either form.
+func TestSelfIsNoPreview(t *testing.T) {
+	ts := selfServer(t)
+	sb := ts.createWith(map[string]any{"ingress_enabled": true})
+	req, _ := http.NewRequest("POST", "http://"+ts.addr()+"/self/delete", nil)
+	req.Host = previewHost(sb.ID, 1029, ts.addr())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the preview host of port 1029: %d, want 403", resp.StatusCode)
+	}
+	// The address form: port 1029 is never published (the next port a
+	// server listens on is, so the publisher has looked).
+	ts.startProcess(sb.ID, "exec python3 -m http.server 1030 --bind 127.0.0.1")
+	ts.waitListening(sb.ID, 1030)
+	waitPublished(t, previewAddrURL(t, sb.IngressURLTemplate, 1030))
+	if status, body := openPreview(t, previewAddrURL(t, sb.IngressURLTemplate, 1029)+"/self/pause"); status != 0 {
+		t.Errorf("the preview address's port 1029: %d %q, want no listener", status, body)
+	}
+	if st := ts.status(sb.ID); st != "running" {
+		t.Errorf("the lease is %s", st)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+sb.ID, nil, nil)
+}

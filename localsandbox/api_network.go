@@ -94,7 +94,7 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		l.setAutoPause(after)
 	}
 	if req.IngressEnabled != nil && n != nil {
-		n.SetIngress(*req.IngressEnabled)
+		s.setIngress(l, n, *req.IngressEnabled)
 	}
 	return writeData(w, s.view(l, false))
 }

@@ -38,6 +38,11 @@ import (
 // AgentAddr is where a lease's self API listens, inside its namespace.
 var AgentAddr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 1029)
 
+// Previewable reports whether a preview request may reach port inside a
+// lease: any but the self API's, which would otherwise let whoever can
+// open a preview URL (no key) pause or delete the lease.
+func Previewable(port int) bool { return port != int(AgentAddr.Port()) }
+
 // The agent's limits, per lease.
 const (
 	agentConns     = 4

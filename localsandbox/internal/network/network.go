@@ -70,6 +70,7 @@ type Net struct {
 	egress           Egress
 	ingress          bool
 	ingressTransport *http.Transport // made on the first preview request
+	publisher        *publisher      // the lease's preview address (publish.go)
 }
 
 // SlirpOwnFiles are the descriptors slirp4netns may hold beside the
@@ -276,6 +277,7 @@ func (n *Net) Close() {
 	if n == nil {
 		return
 	}
+	n.Unpublish()
 	n.mu.Lock()
 	slirp, transport := n.slirp, n.ingressTransport
 	n.slirp = nil
