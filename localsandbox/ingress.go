@@ -83,20 +83,24 @@ func (s *Server) ingressTemplate(l *lease) string {
 
 // setIngress turns l's preview URLs on or off; in the address form it
 // publishes the ports l listens on at its preview address.
-func (s *Server) setIngress(l *lease, n *network.Net, on bool) {
-	n.SetIngress(on)
+func (s *Server) setIngress(l *lease, n *network.Net, on bool) error {
 	switch {
 	case !on:
 		n.Unpublish()
 	case !s.opts.previewByHost:
-		n.Publish(s.previewAddr(l), func(port int) http.Handler {
+		err := n.Publish(s.previewAddr(l), func(port int) http.Handler {
 			return s.withBodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := s.serveIngress(w, r, port, l.id); err != nil {
 					writeError(w, err.status, err.msg)
 				}
 			}))
 		})
+		if err != nil {
+			return fmt.Errorf("publishing the preview address of sandbox %s: %w", l.id, err)
+		}
 	}
+	n.SetIngress(on)
+	return nil
 }
 
 // Preview addresses are taken from previewNet (127.100.0.0/16: off

@@ -181,7 +181,10 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*networ
 	if err != nil {
 		return nil, err
 	}
-	s.setIngress(l, n, spec.ingress)
+	if err := s.setIngress(l, n, spec.ingress); err != nil {
+		n.Close()
+		return nil, err
+	}
 	if cfg.Slirp4netns == "" {
 		return n, nil
 	}

@@ -52,7 +52,7 @@
 //     and their caps, are the server's (localsandbox's ingress.go).
 //     Never to the self API's port (Previewable).
 //   - Preview addresses: publish.go, Publish — the ports the lease listens
-//     on (its /proc/net/tcp{,6}, read every publishEvery from a thread in
+//     on (asked every publishEvery over a sock_diag netlink socket made in
 //     the namespace) each served by a listener of the server at the
 //     lease's own loopback address and port, at most MaxPublishedPorts.
 //   - The self API: agent.go — serveAgent opens a TCP listener at
