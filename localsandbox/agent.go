@@ -41,6 +41,12 @@ func (s *Server) selfAPI(l *lease) http.Handler {
 			return
 		}
 		action, found := strings.CutPrefix(r.URL.Path, "/self/")
+		select {
+		case <-s.done: // the server destroys every lease, this one too
+			writeError(w, http.StatusServiceUnavailable, "the server is shutting down")
+			return
+		default:
+		}
 		switch {
 		case !found || action != "pause" && action != "delete":
 			writeError(w, http.StatusNotFound, "no such self route: POST /self/pause or /self/delete")

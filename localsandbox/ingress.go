@@ -135,9 +135,23 @@ func (s *Server) previewAddr(l *lease) netip.Addr {
 		st.addrs[a], st.addrOf[l] = l, a
 		return a
 	}
-	// 65,024 live leases with ingress: share the last (its second lease
-	// cannot publish the first's ports; its host names still work).
+	// 65,024 live leases with ingress, far beyond any server's: the last
+	// is shared (the second lease there cannot publish the first's ports;
+	// its preview host names still work).
 	return netip.AddrFrom4([4]byte{base[0], base[1], 255, 254})
+}
+
+// releasePreviewAddr forgets l's preview address when l is destroyed (an
+// address whose lease was destroyed otherwise is only taken again when
+// the allocation comes round to it).
+func (s *Server) releasePreviewAddr(l *lease) {
+	st := &s.ingress
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if a, ok := st.addrOf[l]; ok {
+		delete(st.addrOf, l)
+		delete(st.addrs, a)
+	}
 }
 
 // parsePreviewHost splits a Host of the form <port>-<id>.<domain>[:port].

@@ -177,13 +177,15 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*networ
 	if s.opts.Egress != EgressOff {
 		cfg.Slirp4netns, cfg.DNSUpstream = s.opts.Slirp4netns, s.opts.DNSUpstream
 	}
-	n, err := network.New(cfg, spec.egress, false)
+	n, err := network.New(cfg, spec.egress, spec.ingress)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.setIngress(l, n, spec.ingress); err != nil {
-		n.Close()
-		return nil, err
+	if spec.ingress {
+		if err := s.setIngress(l, n, true); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	if cfg.Slirp4netns == "" {
 		return n, nil
