@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -88,13 +90,28 @@ func TestPreviewAddressOpensEverywhere(t *testing.T) {
 		"python3": {"python3", "-c", `import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())`, u},
 		"curl":    {"curl", "-sS", "--max-time", "10", u},
 	}
+	// Under strace when it is installed: no client sends anything to a
+	// resolver (port 53) to open it.
+	strace, _ := exec.LookPath("strace")
 	for name, argv := range clients {
 		if _, err := exec.LookPath(argv[0]); err != nil {
 			t.Logf("%s is not installed: not tried", name)
 			continue
 		}
-		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil || string(out) != want {
+		trace := filepath.Join(t.TempDir(), "trace")
+		if strace != "" {
+			argv = append([]string{strace, "-f", "-qq", "-o", trace, "-e", "trace=connect,sendto,sendmsg,sendmmsg"}, argv...)
+		}
+		if out, err := exec.Command(argv[0], argv[1:]...).Output(); err != nil || string(out) != want {
 			t.Errorf("%s: %q %v", name, out, err)
+		}
+		if strace == "" {
+			continue
+		}
+		if b, err := os.ReadFile(trace); err != nil || !strings.Contains(string(b), "connect(") {
+			t.Errorf("%s: no trace of its connection (%v)", name, err)
+		} else if strings.Contains(string(b), "htons(53)") {
+			t.Errorf("%s asked a resolver:\n%s", name, b)
 		}
 	}
 
