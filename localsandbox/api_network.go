@@ -94,7 +94,9 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		l.setAutoPause(after)
 	}
 	if req.IngressEnabled != nil && n != nil {
-		n.SetIngress(*req.IngressEnabled)
+		if err := s.setIngress(l, n, *req.IngressEnabled); err != nil {
+			return err
+		}
 	}
 	return writeData(w, s.view(l, false))
 }

@@ -626,6 +626,24 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	case !ok:
 		return notFound("sandbox")
 	}
+	if err := s.destroySandbox(l); err != nil {
+		return err
+	}
+	return writeData(w, answer)
+}
+
+// destroySandbox destroys l and every process in it and remembers its
+// last view as destroyed (the API's delete, and the lease's own through
+// its self API).
+func (s *Server) destroySandbox(l *lease) error {
+	l.deleting.Lock()
+	defer l.deleting.Unlock()
+	s.mu.Lock()
+	current := s.leases[l.id] == l
+	s.mu.Unlock()
+	if !current {
+		return nil // destroyed while this one waited
+	}
 	last := s.view(l, false)
 	if err := l.destroy(); err != nil {
 		l.setErrorAfterFailedDestroy()
@@ -640,7 +658,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("sandbox destroyed", "sandbox", l.id)
-	return writeData(w, answer)
+	return nil
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {

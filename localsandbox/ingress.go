@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,16 +18,22 @@ import (
 // Ingress: preview URLs for servers inside a sandbox.
 //
 //	POST /v1/sandboxes {"shape": "s-1vcpu-1gb", "ingress_enabled": true}
-//	  → "ingress_url_template": "http://<port>-sb-0123abcd.localhost:7575"
+//	  → "ingress_url_template": "http://127.100.0.1:<port>"
 //	(in the lease) python3 -m http.server 8000 &
-//	curl http://8000-sb-0123abcd.localhost:7575/    # browsers resolve *.localhost to 127.0.0.1
+//	curl http://127.100.0.1:8000/    # an address: Node, Go and Python open it too
 //
-// A request to the server whose Host is <port>-<sandbox id>.<IngressDomain>
-// (default "localhost", any port) is not an API request: the server
-// proxies it, WebSocket upgrades included, to 127.0.0.1:<port> inside the
-// lease's network namespace (a server listening on 0.0.0.0 or 127.0.0.1
-// there is reached). The Host header is passed on as it came; X-Api-Key is
-// never passed on.
+// Two forms. By default each lease has a preview address of its own
+// (previewAddr, 127.100.x.y) at which the ports it listens on are
+// published (network.Net.Publish): the URL needs no name resolution, and
+// each lease and port is its own origin. With Options.IngressDomain
+// (sandboxd --ingress-domain), the template is the host-name form: a
+// request to the server whose Host is <port>-<sandbox id>.<IngressDomain>
+// (any port; "localhost" is served in both forms) is not an API request.
+// Either way the server proxies the request, WebSocket upgrades included,
+// to 127.0.0.1:<port> inside the lease's network namespace (a server
+// listening on 0.0.0.0 or 127.0.0.1 there is reached), never to the self
+// API's port. The Host header is passed on as it came; X-Api-Key is never
+// passed on.
 //
 // A preview URL carries no key: whoever can reach the server's listener
 // can use it. Preview URLs are therefore served only on connections to a
@@ -38,13 +45,17 @@ import (
 // network.MaxResponseHeaderBytes (64 KiB) 502, naming them.
 
 // ingressState is the server's side of preview URLs: the port of the first
-// TCP listener the server serves on, which the ingress URL template names
-// (0: unknown, no template), and the preview requests being proxied, in
-// all and per lease (lease.ingressInFlight, guarded by mu).
+// TCP listener the server serves on, which the host-name form of the
+// ingress URL template names (0: unknown, no template), the leases'
+// preview addresses (addrs, addrOf), and the preview requests being
+// proxied, in all and per lease (lease.ingressInFlight, guarded by mu).
 type ingressState struct {
 	port atomic.Int64
 
 	mu         sync.Mutex
+	addrs      map[netip.Addr]*lease
+	addrOf     map[*lease]netip.Addr
+	nextAddr   uint32
 	inFlight   int
 	lastWarned time.Time
 }
@@ -56,14 +67,91 @@ func (s *Server) notePreviewAddr(addr net.Addr) {
 	}
 }
 
-// ingressTemplate is the sandbox's ingress_url_template, "" when the server
-// does not know its port.
-func (s *Server) ingressTemplate(id string) string {
+// ingressTemplate is the sandbox's ingress_url_template: its preview
+// address's form, or with Options.IngressDomain the host name's ("" when
+// the server does not know its port).
+func (s *Server) ingressTemplate(l *lease) string {
+	if !s.opts.previewByHost {
+		return "http://" + s.previewAddr(l).String() + ":<port>"
+	}
 	port := s.ingress.port.Load()
 	if port == 0 {
 		return ""
 	}
-	return "http://<port>-" + id + "." + s.opts.IngressDomain + ":" + strconv.FormatInt(port, 10)
+	return "http://<port>-" + l.id + "." + s.opts.IngressDomain + ":" + strconv.FormatInt(port, 10)
+}
+
+// setIngress turns l's preview URLs on or off; in the address form it
+// publishes the ports l listens on at its preview address.
+func (s *Server) setIngress(l *lease, n *network.Net, on bool) error {
+	switch {
+	case !on:
+		n.Unpublish()
+	case !s.opts.previewByHost:
+		err := n.Publish(s.previewAddr(l), func(port int) http.Handler {
+			return s.withBodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := s.serveIngress(w, r, port, l.id); err != nil {
+					writeError(w, err.status, err.msg)
+				}
+			}))
+		})
+		if err != nil {
+			return fmt.Errorf("publishing the preview address of sandbox %s: %w", l.id, err)
+		}
+	}
+	n.SetIngress(on)
+	return nil
+}
+
+// Preview addresses are taken from previewNet (127.100.0.0/16: off
+// 127.0.0.0/24, where the host's own services are), one per lease for as
+// long as it lives, the addresses of destroyed leases taken again.
+var previewNet = netip.MustParsePrefix("127.100.0.0/16")
+
+// previewAddr is l's preview address, allocated on first use.
+func (s *Server) previewAddr(l *lease) netip.Addr {
+	st := &s.ingress
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if a, ok := st.addrOf[l]; ok {
+		return a
+	}
+	if st.addrs == nil {
+		st.addrs, st.addrOf = map[netip.Addr]*lease{}, map[*lease]netip.Addr{}
+	}
+	base := previewNet.Addr().As4()
+	for range 1 << 16 {
+		st.nextAddr++
+		n := st.nextAddr % (1 << 16)
+		if n%256 == 0 || n%256 == 255 {
+			continue // no address ending in .0 or .255, which look like networks and broadcasts
+		}
+		a := netip.AddrFrom4([4]byte{base[0], base[1], byte(n >> 8), byte(n)})
+		if owner := st.addrs[a]; owner != nil && owner.status() != stateDestroyed {
+			continue
+		} else if owner != nil {
+			delete(st.addrOf, owner)
+		}
+		st.addrs[a], st.addrOf[l] = l, a
+		return a
+	}
+	// 65,024 live leases with ingress, far beyond any server's: the last
+	// is shared (the second lease there cannot publish the first's ports;
+	// its preview host names still work).
+	return netip.AddrFrom4([4]byte{base[0], base[1], 255, 254})
+}
+
+// releasePreviewAddr forgets l's preview address when l is destroyed (an
+// address whose lease was destroyed otherwise is only taken again when
+// the allocation comes round to it).
+func (s *Server) releasePreviewAddr(l *lease) {
+	st := &s.ingress
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if a, ok := st.addrOf[l]; ok {
+		delete(st.addrOf, l)
+		delete(st.addrs, a)
+	}
 }
 
 // parsePreviewHost splits a Host of the form <port>-<id>.<domain>[:port].
@@ -115,6 +203,9 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request, port int, 
 	s.mu.Unlock()
 	if l == nil {
 		return notFound("sandbox")
+	}
+	if !network.Previewable(port) {
+		return &apiError{http.StatusForbidden, "port " + strconv.Itoa(port) + " is the sandbox's self API, which no preview reaches"}
 	}
 	n := l.network()
 	if n == nil {

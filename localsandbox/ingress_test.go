@@ -57,9 +57,11 @@ func (ts *testServer) waitListening(lease string, port int) {
 	}
 }
 
+// The host-name form (--ingress-domain); the address form, the default:
+// preview_address_test.go.
 func TestPreviewURLServesAServerInTheLease(t *testing.T) {
 	needRoot(t)
-	ts := startServer(t, Options{})
+	ts := startServer(t, Options{IngressDomain: "localhost"})
 	sb := ts.createWith(map[string]any{"ingress_enabled": true})
 	addr := ts.addr()
 	_, serverPort, _ := net.SplitHostPort(addr)

@@ -43,6 +43,7 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // managed processes running against them.
 type lease struct {
 	server    *Server
+	deleting  sync.Mutex // one destroySandbox at a time: the API's and the lease's own
 	id        string
 	shape     shape
 	labels    map[string]string
@@ -584,6 +585,7 @@ func (l *lease) destroy() error {
 		return fmt.Errorf("the init of sandbox %s did not exit after SIGKILL", l.id)
 	}
 	l.net.Close() // before the cgroup, which holds slirp4netns
+	l.server.releasePreviewAddr(l)
 	if l.cgroup != nil {
 		if err := l.cgroup.Delete(); err != nil {
 			l.server.log.Warn("removing a sandbox's cgroup failed", "sandbox", l.id, "err", err)

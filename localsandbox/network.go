@@ -97,6 +97,9 @@ func (o *Options) networkDefaults() error {
 	default:
 		return fmt.Errorf("localsandbox: unknown egress policy %q (off, allowlist or any)", o.Egress)
 	}
+	// No domain: preview URLs are addresses (the lease's preview address),
+	// and the host names under localhost are served too.
+	o.previewByHost = o.IngressDomain != ""
 	if o.IngressDomain == "" {
 		o.IngressDomain = "localhost"
 	}
@@ -170,13 +173,22 @@ func (s *Server) newLeaseNet(l *lease, spec netSpec, cg machine.Cgroup) (*networ
 		return nil, nil
 	}
 	cfg := network.Config{HostLoopback: s.opts.EgressHostLoopback, MaxFlows: s.opts.MaxEgressConnections,
-		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg}
+		Marker: rootMarkerEnv + "=" + s.opts.Root, Cgroup: cg, Agent: s.selfAPI(l)}
 	if s.opts.Egress != EgressOff {
 		cfg.Slirp4netns, cfg.DNSUpstream = s.opts.Slirp4netns, s.opts.DNSUpstream
 	}
 	n, err := network.New(cfg, spec.egress, spec.ingress)
-	if err != nil || cfg.Slirp4netns == "" {
-		return n, err
+	if err != nil {
+		return nil, err
+	}
+	if spec.ingress {
+		if err := s.setIngress(l, n, true); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	if cfg.Slirp4netns == "" {
+		return n, nil
 	}
 	// Name lookups go to the server's filter (network.DNSAddr), the only
 	// resolver the lease can reach unless its egress is "*".
@@ -236,6 +248,6 @@ func (s *Server) addNetworkView(l *lease, v *sandboxView) {
 	egress, ingress, network := s.networkView(l)
 	v.Egress, v.IngressEnabled, v.Network = &egress, ingress, network
 	if ingress {
-		v.IngressURLTemplate = s.ingressTemplate(l.id)
+		v.IngressURLTemplate = s.ingressTemplate(l)
 	}
 }

@@ -180,9 +180,14 @@ type Options struct {
 	// with or without a port. Default: the host's /etc/resolv.conf
 	// nameservers. A lease with rules is answered from them alone.
 	DNSUpstream []string
-	// IngressDomain is the domain of preview URLs,
-	// <port>-<id>.<IngressDomain>. Default "localhost".
+	// IngressDomain makes preview URLs host names,
+	// http://<port>-<id>.<IngressDomain>:<server port>. Empty (the
+	// default): they are the lease's preview address,
+	// http://127.x.y.z:<port>, which needs no name resolution; host names
+	// under "localhost" are served as well.
 	IngressDomain string
+	// previewByHost: IngressDomain was given (networkDefaults).
+	previewByHost bool
 	// IngressPublic serves preview URLs (which carry no key) on listeners
 	// off loopback too.
 	IngressPublic bool

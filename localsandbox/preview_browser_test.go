@@ -247,7 +247,10 @@ const wsPage = `<!doctype html>
 <script>
 window.echoed = new Promise((resolve, reject) => {
   const out = document.getElementById("out");
-  const ws = new WebSocket("ws://" + location.host.replace(/^\d+-/, "9000-") + "/echo");
+  // Port 9000 of the same lease: its preview host name, or its preview
+  // address.
+  const host = /^\d+-/.test(location.host) ? location.host.replace(/^\d+-/, "9000-") : location.hostname + ":9000";
+  const ws = new WebSocket("ws://" + host + "/echo");
   ws.onopen = () => ws.send("hello from chromium");
   ws.onmessage = (e) => { out.textContent = e.data; ws.close(); resolve(); };
   ws.onerror = () => { out.textContent = "websocket error"; reject(new Error("websocket error")); };
@@ -258,7 +261,14 @@ window.echoed = new Promise((resolve, reject) => {
 func TestPreviewInHeadlessChromium(t *testing.T) {
 	needRoot(t)
 	chromium := needChromium(t)
-	ts := startServer(t, Options{})
+	// The preview address (the default), and the host name.
+	for _, domain := range []string{"", "localhost"} {
+		t.Run("domain="+domain, func(t *testing.T) { previewInChromium(t, chromium, domain) })
+	}
+}
+
+func previewInChromium(t *testing.T, chromium, domain string) {
+	ts := startServer(t, Options{IngressDomain: domain})
 	sb := ts.createWith(map[string]any{"ingress_enabled": true})
 	if sb.IngressURLTemplate == "" {
 		t.Fatalf("no ingress_url_template in %+v", sb)
@@ -280,6 +290,10 @@ func TestPreviewInHeadlessChromium(t *testing.T) {
 	}
 	ts.waitListening(sb.ID, 8000)
 	ts.waitListening(sb.ID, 9000)
+	if domain == "" { // published within publishEvery
+		waitPublished(t, previewURL(sb.IngressURLTemplate, 8000))
+		waitPublished(t, previewURL(sb.IngressURLTemplate, 9000))
+	}
 
 	b := startBrowser(t, chromium)
 	b.open(previewURL(sb.IngressURLTemplate, 8000) + "/")

@@ -50,4 +50,13 @@
 //     too) whose connections are dialled from inside the namespace, at
 //     most MaxIdlePerLease kept idle. Which requests are preview requests,
 //     and their caps, are the server's (localsandbox's ingress.go).
+//     Never to the self API's port (Previewable).
+//   - Preview addresses: publish.go, Publish — the ports the lease listens
+//     on (asked every publishEvery over a sock_diag netlink socket made in
+//     the namespace) each served by a listener of the server at the
+//     lease's own loopback address and port, at most MaxPublishedPorts.
+//   - The self API: agent.go — serveAgent opens a TCP listener at
+//     AgentAddr (127.0.0.1:1029) inside the namespace before the lease
+//     init starts, served with Config.Agent, the server's handler bound to
+//     the lease, until Close.
 package network

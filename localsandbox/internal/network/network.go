@@ -62,13 +62,15 @@ type Net struct {
 	slirpExit *os.File      // closing it ends slirp4netns
 	slirpDone chan struct{} // closed once slirp4netns was reaped
 
-	maxFlows int       // the egress table's cap on the lease's flows
-	dns      *leaseDNS // the lease's resolver (dns.go)
+	maxFlows int         // the egress table's cap on the lease's flows
+	dns      *leaseDNS   // the lease's resolver (dns.go)
+	agent    *leaseAgent // the lease's self API (agent.go)
 
 	mu               sync.Mutex
 	egress           Egress
 	ingress          bool
 	ingressTransport *http.Transport // made on the first preview request
+	publisher        *publisher      // the lease's preview address (publish.go)
 }
 
 // SlirpOwnFiles are the descriptors slirp4netns may hold beside the
@@ -94,6 +96,9 @@ type Config struct {
 	// DNSUpstream is where the lease's resolver forwards queries when its
 	// egress is "*" (DNSUpstream's result).
 	DNSUpstream []string
+	// Agent serves the lease's self API at AgentAddr inside its
+	// namespace (agent.go); nil: the lease has none.
+	Agent http.Handler
 }
 
 // New makes a lease's network namespace, with loopback up, the egress
@@ -114,6 +119,13 @@ func New(cfg Config, egress Egress, ingress bool) (_ *Net, err error) {
 	}()
 	if err := inNetns(ns, leaseinit.LoopbackUp); err != nil {
 		return nil, err
+	}
+	if cfg.Agent != nil {
+		// Before the lease init starts: no process of the lease ever
+		// sees the port free.
+		if n.agent, err = serveAgent(ns, cfg.Agent); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Slirp4netns == "" {
 		return n, nil
@@ -265,6 +277,7 @@ func (n *Net) Close() {
 	if n == nil {
 		return
 	}
+	n.Unpublish()
 	n.mu.Lock()
 	slirp, transport := n.slirp, n.ingressTransport
 	n.slirp = nil
@@ -273,6 +286,7 @@ func (n *Net) Close() {
 		transport.CloseIdleConnections()
 	}
 	n.dns.close()
+	n.agent.close()
 	if slirp != nil {
 		n.slirpExit.Close()
 		select {
