@@ -15,7 +15,7 @@ func TestNetworkFlagsDefaultToNoEgressAndLoopbackPreviews(t *testing.T) {
 	}
 	var o localsandbox.Options
 	c.network.apply(&o)
-	if o.Egress != localsandbox.EgressOff || o.IngressPublic || o.DNSUpstream != nil || o.EgressAllow != nil || o.IngressDomain != "localhost" ||
+	if o.Egress != localsandbox.EgressOff || o.IngressPublic || o.DNSUpstream != nil || o.EgressAllow != nil || o.IngressDomain != "" ||
 		o.MaxIngressRequests != 0 || o.MaxIngressRequestsPerLease != 0 || o.MaxEgressConnections != localsandbox.DefaultMaxEgressConnections {
 		t.Errorf("defaults %+v", o)
 	}
