@@ -12,7 +12,7 @@
 // typed errors of this package (*CleanupError, *ConnectionExhaustedError,
 // *OutputEvictedError, *ProtocolError, *InvalidInputError, *APIError,
 // *LeaseGoneError, *HostLostError, *UnavailableError,
-// *PaymentRequiredError), each with a stable type name (the Type*
+// *PaymentRequiredError, *TemplateBuildError), each with a stable type name (the Type*
 // constants). Those names become Temporal ApplicationError types, so they
 // are API: code and retry policies match on them.
 //
