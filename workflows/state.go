@@ -34,7 +34,10 @@ const (
 type Phase string
 
 const (
-	PhaseCreatingLease Phase = "creating-lease"
+	// PhaseBuildingTemplate: the request's Dockerfile is built into the
+	// template its leases run on (Request.Dockerfile).
+	PhaseBuildingTemplate Phase = "building-template"
+	PhaseCreatingLease    Phase = "creating-lease"
 	PhaseExecuting     Phase = "executing"
 	PhaseCompensating  Phase = "compensating"
 	PhaseCleaningUp    Phase = "cleaning-up"
