@@ -19,10 +19,16 @@ const templateVersion = "ensure-template"
 // ensureTemplate builds the request's Dockerfile into a template, if it
 // has one, and points the run's lease spec at it, so that the first lease
 // and every fresh one are created on it. It runs before any lease: a
-// build that fails leaves nothing to release.
+// build that fails leaves nothing to release. A fleet refuses it.
 func (r *run) ensureTemplate(ctx workflow.Context) error {
 	if r.req.Dockerfile == "" {
 		return nil
+	}
+	if onFleet(ctx) {
+		// Each host keeps its own templates: one built on the placement
+		// queue's host would be unknown to the host of the lease.
+		return activities.Failure(&sandbox.InvalidInputError{Field: "dockerfile",
+			Reason: "a fleet of sandbox hosts builds no templates: each host keeps its own; name an image in lease.rootfs"})
 	}
 	workflow.GetVersion(ctx, templateVersion, workflow.DefaultVersion, 1)
 	r.setPhase(ctx, PhaseBuildingTemplate)

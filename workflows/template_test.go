@@ -106,3 +106,21 @@ func TestRunCommandRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
 		})
 	}
 }
+
+// A fleet refuses a Dockerfile before any activity: the template would
+// be built on one host and the lease placed on another.
+func TestFleetRefusesADockerfile(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	req := request("true")
+	req.Dockerfile = bakedDockerfile
+	f.env.ExecuteWorkflow(RunCommand, req)
+	err := f.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	var d sandbox.FailureDetails
+	require.NoError(t, appErr.Details(&d))
+	assert.Equal(t, sandbox.TypeInvalidInput, d.Kind)
+	assert.Contains(t, d.Reason, "fleet")
+	assert.Zero(t, d.Attempt, "refused by the workflow, before any activity")
+	assert.Empty(t, f.calls)
+}
