@@ -38,12 +38,12 @@ const (
 	// template its leases run on (Request.Dockerfile).
 	PhaseBuildingTemplate Phase = "building-template"
 	PhaseCreatingLease    Phase = "creating-lease"
-	PhaseExecuting     Phase = "executing"
-	PhaseCompensating  Phase = "compensating"
-	PhaseCleaningUp    Phase = "cleaning-up"
-	PhaseCompleted     Phase = "completed"
-	PhaseFailed        Phase = "failed"
-	PhaseCanceled      Phase = "canceled"
+	PhaseExecuting        Phase = "executing"
+	PhaseCompensating     Phase = "compensating"
+	PhaseCleaningUp       Phase = "cleaning-up"
+	PhaseCompleted        Phase = "completed"
+	PhaseFailed           Phase = "failed"
+	PhaseCanceled         Phase = "canceled"
 
 	// The phases of a session between and around its commands.
 	PhaseIdle     Phase = "idle"
