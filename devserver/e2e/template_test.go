@@ -35,7 +35,9 @@ func templateOf(t *testing.T, name string) (view struct{ ID, Name, Status string
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var envelope struct{ Data struct{ ID, Name, Status string } }
+	var envelope struct {
+		Data struct{ ID, Name, Status string }
+	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&envelope))
 	return envelope.Data
 }

@@ -154,7 +154,9 @@ func (p *livePrinter) follow(key string) {
 // print prints what text, the part of stream i from offset start, adds
 // to what was printed, and a notice when it skips output that was not
 // seen. It reports whether it printed anything.
-func (p *livePrinter) print(i int, text string, start int64) bool { return p.printTo(&p.out[i], text, start) }
+func (p *livePrinter) print(i int, text string, start int64) bool {
+	return p.printTo(&p.out[i], text, start)
+}
 
 // printTo is print to any stream the printer follows.
 func (p *livePrinter) printTo(s *printedStream, text string, start int64) bool {
