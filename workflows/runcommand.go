@@ -132,7 +132,11 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 		return Result{}, err
 	}
 	if err := r.ensureTemplate(ctx); err != nil {
-		r.setPhase(ctx, PhaseFailed)
+		if temporal.IsCanceledError(err) {
+			r.setPhase(ctx, PhaseCanceled)
+		} else {
+			r.setPhase(ctx, PhaseFailed)
+		}
 		return Result{}, err
 	}
 	result, err := r.runWithCompensation(ctx)
