@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -128,4 +129,29 @@ func TestEnsureTemplateRefusesBadInputBeforeSending(t *testing.T) {
 		assert.Equal(t, "dockerfile", invalid.Field)
 	}
 	assert.Empty(t, f.routes())
+}
+
+// A create whose answer is lost fails retryably; the retry (a worker's
+// next attempt) finds the build by its name instead of starting another.
+func TestEnsureTemplateRetryFindsTheBuildOfALostCreate(t *testing.T) {
+	f := newFakeServer(t)
+	c := newTestClient(t, f)
+	f.on("createTemplate", func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n != 1 {
+			return false
+		}
+		f.createTemplate(httptest.NewRecorder(), r) // made, but the answer never comes
+		loseAnswer(w)
+		return true
+	})
+	spec := sandbox.TemplateSpec{Dockerfile: testDockerfile}
+	_, err := c.EnsureTemplate(context.Background(), spec, nil)
+	require.Error(t, err)
+	assert.True(t, sandbox.Retryable(err), "%v", err)
+
+	got, err := c.EnsureTemplate(context.Background(), spec, nil)
+	require.NoError(t, err)
+	assert.Equal(t, spec.Name(), got.Name)
+	assert.Equal(t, 1, f.count("createTemplate"), "the retry does not create it again")
+	assert.Len(t, f.templates, 1)
 }
