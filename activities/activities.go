@@ -90,6 +90,7 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.ForkLease, activity.RegisterOptions{Name: NameForkLease})
 	r.RegisterActivityWithOptions(a.SetEgress, activity.RegisterOptions{Name: NameSetEgress})
 	r.RegisterActivityWithOptions(a.ListOwnedLeases, activity.RegisterOptions{Name: NameListOwnedLeases})
+	r.RegisterActivityWithOptions(a.EnsureTemplate, activity.RegisterOptions{Name: NameEnsureTemplate})
 }
 
 // heartbeatInterval is how often an activity with the given heartbeat

@@ -48,6 +48,7 @@ type fakeServer struct {
 	hooks     map[string]fakeHook
 	sandboxes map[string]*fakeSandbox
 	byIdemKey map[string]string
+	templates map[string]*fakeTemplate // by id
 	nextID    int
 	closed    chan struct{}
 
@@ -59,6 +60,9 @@ type fakeServer struct {
 	// create answers once running); it may block. The boot goes on when
 	// the client gives up.
 	boot func(sb *fakeSandbox)
+	// build builds a template (synchronously, at its create): its log's
+	// lines and whether it succeeded. Nil: one line, ready.
+	build func(dockerfile string) (lines []string, ok bool)
 	// hideGone leaves destroyed and failed sandboxes out of a list without
 	// a status filter (whether the hosted service does is unconfirmed).
 	hideGone bool
@@ -174,6 +178,7 @@ func newFakeServerIn(t testing.TB, dialect fakeDialect) *fakeServer {
 		hooks:     map[string]fakeHook{},
 		sandboxes: map[string]*fakeSandbox{},
 		byIdemKey: map[string]string{},
+		templates: map[string]*fakeTemplate{},
 		closed:    make(chan struct{}),
 	}
 	for _, r := range []struct {
@@ -195,6 +200,9 @@ func newFakeServerIn(t testing.TB, dialect fakeDialect) *fakeServer {
 		{"GET /v1/sandboxes/{sb}/processes/{pid}/connect", "connect", f.connect},
 		{"GET /v1/sandboxes/{sb}/processes/{pid}/wait", "wait", f.wait},
 		{"DELETE /v1/sandboxes/{sb}/processes/{pid}", "deleteProcess", f.deleteProcess},
+		{"POST /v1/templates", "createTemplate", f.createTemplate},
+		{"GET /v1/templates/{tpl}", "getTemplate", f.getTemplate},
+		{"GET /v1/templates/{tpl}/logs", "followTemplate", f.followTemplate},
 	} {
 		f.mux.HandleFunc(r.pattern, r.h)
 		f.routeOf[r.pattern] = r.name
@@ -1097,4 +1105,78 @@ func (r *recorder) text(s sandbox.Stream) string {
 		}
 	}
 	return b.String()
+}
+
+// fakeTemplate is a template: its create answers pending, and the build
+// (fakeServer.build) is over by the next request.
+type fakeTemplate struct {
+	id, name, dockerfile, status string
+	lines                        []string
+}
+
+func (f *fakeServer) templateLocked(idOrName string) *fakeTemplate {
+	for _, t := range f.templates {
+		if t.id == idOrName || t.name == idOrName {
+			return t
+		}
+	}
+	return nil
+}
+
+func (f *fakeServer) createTemplate(w http.ResponseWriter, r *http.Request) {
+	var body struct{ Name, Dockerfile string }
+	if json.NewDecoder(r.Body).Decode(&body) != nil || body.Name == "" || body.Dockerfile == "" {
+		f.refuse(w, http.StatusBadRequest, "BAD_REQUEST")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.templateLocked(body.Name) != nil {
+		f.refuse(w, http.StatusConflict, "NAME_TAKEN")
+		return
+	}
+	f.nextID++
+	t := &fakeTemplate{id: fmt.Sprintf("tpl-%d", f.nextID), name: body.Name, dockerfile: body.Dockerfile, status: "pending"}
+	f.templates[t.id] = t
+	writeData(w, map[string]any{"id": t.id, "name": t.name, "status": t.status})
+	t.lines, t.status = []string{"step 1/1"}, "ready"
+	if f.build != nil {
+		var ok bool
+		if t.lines, ok = f.build(body.Dockerfile); !ok {
+			t.status = "failed"
+		}
+	}
+}
+
+func (f *fakeServer) getTemplate(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.templateLocked(r.PathValue("tpl"))
+	if t == nil {
+		f.refuse(w, http.StatusNotFound, "NOT_FOUND")
+		return
+	}
+	writeData(w, map[string]any{"id": t.id, "name": t.name, "status": t.status})
+}
+
+// followTemplate answers the log, followed (NDJSON, ending with the final
+// event) or not (plain text).
+func (f *fakeServer) followTemplate(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	t := f.templateLocked(r.PathValue("tpl"))
+	var lines []string
+	var status string
+	if t != nil {
+		lines, status = slices.Clone(t.lines), t.status
+	}
+	f.mu.Unlock()
+	if t == nil {
+		f.refuse(w, http.StatusNotFound, "NOT_FOUND")
+		return
+	}
+	enc := json.NewEncoder(w)
+	for _, line := range lines {
+		enc.Encode(map[string]string{"line": line})
+	}
+	enc.Encode(map[string]any{"final": true, "status": status})
 }

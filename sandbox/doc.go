@@ -12,8 +12,8 @@
 // typed errors of this package (*CleanupError, *ConnectionExhaustedError,
 // *OutputEvictedError, *ProtocolError, *InvalidInputError, *APIError,
 // *LeaseGoneError, *HostLostError, *UnavailableError,
-// *PaymentRequiredError), each with a stable type name (the Type*
-// constants). Those names become Temporal ApplicationError types, so they
+// *PaymentRequiredError, *TemplateBuildError), each with a stable type
+// name (the Type* constants). Those names become Temporal ApplicationError types, so they
 // are API: code and retry policies match on them.
 //
 // [Kinds] is the one place in code that names every failure (those above,

@@ -7,7 +7,7 @@ import (
 
 // Type names of the failure taxonomy. They are stable API: activities and
 // workflows report failures as Temporal ApplicationErrors of these types,
-// and Kinds is their table. The first ten are the typed errors of this
+// and Kinds is their table. The first eleven are the typed errors of this
 // package, which a Provider returns; the rest are raised by the activities
 // and the workflows, with no error type of this package behind them.
 const (
@@ -21,6 +21,9 @@ const (
 	TypeUnavailable         = "SandboxUnavailable"
 	TypePaymentRequired     = "SandboxPaymentRequired"
 	TypeHostLost            = "SandboxHostLost"
+	// TypeTemplateBuildFailed: a template's build failed
+	// (*TemplateBuildError). Non-retryable: the Dockerfile is at fault.
+	TypeTemplateBuildFailed = "SandboxTemplateBuildFailed"
 
 	// TypeUnexpected: a provider returned an error outside the taxonomy (a
 	// provider bug, since Provider promises typed errors). Retryable.

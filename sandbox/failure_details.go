@@ -54,6 +54,10 @@ type FailureDetails struct {
 	// Starts is how many times the command was started before the failure
 	// (failures of Execute and of the workflows; see Result.Starts).
 	Starts int `json:"starts,omitempty"`
+	// Template names the template concerned and LogTail is the end of its
+	// build's log (SandboxTemplateBuildFailed).
+	Template string `json:"template,omitempty"`
+	LogTail  string `json:"logTail,omitempty"`
 	// Cause is the type name of the failure that caused this one, when it
 	// is of the taxonomy (the failure that cost a compensated command its
 	// last lease).
@@ -80,6 +84,7 @@ func DetailsOf(err error) FailureDetails {
 		payment   *PaymentRequiredError
 		api       *APIError
 		unavail   *UnavailableError
+		build     *TemplateBuildError
 		fillsKind = func(k string) bool { return d.Kind == k }
 	)
 	switch {
@@ -103,6 +108,8 @@ func DetailsOf(err error) FailureDetails {
 		d.Operation, d.Status, d.Code, d.RequestID = api.Operation, api.Status, api.Code, api.RequestID
 	case fillsKind(TypeUnavailable) && errors.As(err, &unavail):
 		d.Operation = unavail.Operation
+	case fillsKind(TypeTemplateBuildFailed) && errors.As(err, &build):
+		d.Template, d.LogTail = build.Name, build.LogTail
 	}
 	d.Retryable = err != nil && Retryable(err)
 	if k, ok := KindOf(d.Kind); ok {

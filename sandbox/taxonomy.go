@@ -64,6 +64,7 @@ var kinds = []Kind{
 	{Type: TypeLeaseGone, RaisedBy: RaisedByProvider, Retry: RetryNever, LeaseUnusable: true, is: has[*LeaseGoneError]},
 	{Type: TypeHostLost, RaisedBy: RaisedByProvider, Retry: RetryNever, LeaseUnusable: true, is: has[*HostLostError]},
 	{Type: TypePaymentRequired, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*PaymentRequiredError]},
+	{Type: TypeTemplateBuildFailed, RaisedBy: RaisedByProvider, Retry: RetryNever, is: has[*TemplateBuildError]},
 	{Type: TypeAPI, RaisedBy: RaisedByProvider, Retry: RetryByStatus, is: has[*APIError]},
 	{Type: TypeUnavailable, RaisedBy: RaisedByProvider, Retry: RetryAlways, is: has[*UnavailableError]},
 	{Type: TypeUnexpected, RaisedBy: RaisedByActivity, Retry: RetryAlways},
@@ -220,6 +221,10 @@ func IsUnavailableError(err error) bool { return ErrorType(err) == TypeUnavailab
 
 // IsPaymentRequiredError: the account has no credit (SandboxPaymentRequired).
 func IsPaymentRequiredError(err error) bool { return ErrorType(err) == TypePaymentRequired }
+
+// IsTemplateBuildFailed: a template's build failed
+// (SandboxTemplateBuildFailed); FailureDetails.LogTail says why.
+func IsTemplateBuildFailed(err error) bool { return ErrorType(err) == TypeTemplateBuildFailed }
 
 // IsUnexpectedError: a provider returned an error outside the taxonomy
 // (SandboxUnexpectedError).

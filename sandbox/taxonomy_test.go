@@ -23,7 +23,7 @@ func (n *named) NonRetryable() bool { return n.nonRetryable }
 
 func TestKindsDecideRetriesAndUnusableLeases(t *testing.T) {
 	assert.ElementsMatch(t, []string{TypeCleanup, TypeOutputEvicted, TypeProtocol, TypeInvalidInput, TypeLeaseGone, TypeHostLost, TypePaymentRequired,
-		TypeUnattended, TypeCompensationExhausted, TypeSessionClosed},
+		TypeTemplateBuildFailed, TypeUnattended, TypeCompensationExhausted, TypeSessionClosed},
 		NonRetryableTypes())
 	var unusable []string
 	for _, k := range Kinds() {
@@ -86,6 +86,7 @@ func TestIsHelpersSeeTypedAndNamedErrors(t *testing.T) {
 		{IsHostLostError, &HostLostError{Host: "h1", LeaseID: "sb"}, TypeHostLost},
 		{IsUnavailableError, &UnavailableError{Operation: "x"}, TypeUnavailable},
 		{IsPaymentRequiredError, &PaymentRequiredError{Operation: "x"}, TypePaymentRequired},
+		{IsTemplateBuildFailed, &TemplateBuildError{Name: "sf-0", TemplateID: "tpl-1"}, TypeTemplateBuildFailed},
 		// Raised by the activities and the workflows: known by name only.
 		{IsUnexpectedError, &named{typ: TypeUnexpected}, TypeUnexpected},
 		{IsDetached, &named{typ: TypeDetached}, TypeDetached},
@@ -141,6 +142,8 @@ func TestDetailsOfNameWhatTheFailureConcerns(t *testing.T) {
 		{&APIError{Status: 409, Operation: "create process", Code: "name_taken"},
 			FailureDetails{Kind: TypeAPI, Status: 409, Operation: "create process", Code: "name_taken"}},
 		{&UnavailableError{Operation: "get sandbox"}, FailureDetails{Kind: TypeUnavailable, Retryable: true, Operation: "get sandbox"}},
+		{fmt.Errorf("x: %w", &TemplateBuildError{TemplateID: "tpl-1", Name: "sf-0", LogTail: "line 2: RUN false: exited with code 1\n"}),
+			FailureDetails{Kind: TypeTemplateBuildFailed, Template: "sf-0", LogTail: "line 2: RUN false: exited with code 1\n"}},
 		{fmt.Errorf("a provider bug"), FailureDetails{Kind: TypeUnexpected, Retryable: true}},
 	} {
 		t.Run(tc.want.Kind, func(t *testing.T) { assert.Equal(t, tc.want, DetailsOf(tc.err)) })

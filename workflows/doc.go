@@ -5,6 +5,7 @@
 // on one lease (see Sessions below). RunCommand and Run read top to bottom
 // as:
 //
+//	EnsureTemplate, when Request.Dockerfile is set (built once per content)
 //	CreateLease (or use Request.LeaseID)
 //	Execute
 //	  └─ lease unusable? compensation (below): DestroyLease(old) →
@@ -77,6 +78,7 @@
 //	  SetEgress (sessions)
 //	ForkLease          10 min                30 s       5 attempts, 1 s → 30 s
 //	  (sessions)
+//	EnsureTemplate     35 min                30 s       5 attempts, 1 s → 30 s
 //
 // On a fleet, every activity on a lease also waits at most
 // DefaultHostStartTimeout (1 min) for its host to take it

@@ -25,6 +25,8 @@ type ActivityOverrides struct {
 	// set_egress Updates.
 	ForkLease *ActivityOptions `json:"forkLease,omitempty"`
 	SetEgress *ActivityOptions `json:"setEgress,omitempty"`
+	// EnsureTemplate is the activity that builds Request.Dockerfile.
+	EnsureTemplate *ActivityOptions `json:"ensureTemplate,omitempty"`
 }
 
 // execute returns the override of Execute; o may be nil.
@@ -202,6 +204,7 @@ func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.Activity
 type activityOptions struct {
 	createLease, execute, destroyLease, acquireFreshLease workflow.ActivityOptions
 	pauseLease, resumeLease, forkLease, setEgress         workflow.ActivityOptions
+	ensureTemplate                                        workflow.ActivityOptions
 }
 
 func resolveOptions(req Request) activityOptions {
@@ -218,5 +221,6 @@ func resolveOptions(req Request) activityOptions {
 		resumeLease:       o.ResumeLease.apply(leaseOptions(2 * time.Minute)),
 		forkLease:         o.ForkLease.apply(leaseOptions(10 * time.Minute)), // a copy of the source's files
 		setEgress:         o.SetEgress.apply(leaseOptions(2 * time.Minute)),
+		ensureTemplate:    o.EnsureTemplate.apply(templateOptions()),
 	}
 }

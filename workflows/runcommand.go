@@ -131,6 +131,14 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 	if err := checkLeaseHost(ctx, r.lease); err != nil {
 		return Result{}, err
 	}
+	if err := r.ensureTemplate(ctx); err != nil {
+		if temporal.IsCanceledError(err) {
+			r.setPhase(ctx, PhaseCanceled)
+		} else {
+			r.setPhase(ctx, PhaseFailed)
+		}
+		return Result{}, err
+	}
 	result, err := r.runWithCompensation(ctx)
 	if err == nil {
 		result.LeaseID, result.LeaseHost = r.state.LeaseID, r.state.LeaseHost

@@ -34,13 +34,16 @@ const (
 type Phase string
 
 const (
-	PhaseCreatingLease Phase = "creating-lease"
-	PhaseExecuting     Phase = "executing"
-	PhaseCompensating  Phase = "compensating"
-	PhaseCleaningUp    Phase = "cleaning-up"
-	PhaseCompleted     Phase = "completed"
-	PhaseFailed        Phase = "failed"
-	PhaseCanceled      Phase = "canceled"
+	// PhaseBuildingTemplate: the request's Dockerfile is built into the
+	// template its leases run on (Request.Dockerfile).
+	PhaseBuildingTemplate Phase = "building-template"
+	PhaseCreatingLease    Phase = "creating-lease"
+	PhaseExecuting        Phase = "executing"
+	PhaseCompensating     Phase = "compensating"
+	PhaseCleaningUp       Phase = "cleaning-up"
+	PhaseCompleted        Phase = "completed"
+	PhaseFailed           Phase = "failed"
+	PhaseCanceled         Phase = "canceled"
 
 	// The phases of a session between and around its commands.
 	PhaseIdle     Phase = "idle"

@@ -98,6 +98,9 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	if command == nil && len(o.then) == 0 {
 		return o, fmt.Errorf("missing `--` before the command (%s)", usage)
 	}
+	if o.session() && o.request.Dockerfile != "" {
+		return o, errors.New("--dockerfile runs one command; a session (--then, --script) takes an image by --rootfs")
+	}
 	if o.session() && (o.detach || o.request.KeepLease) {
 		return o, errors.New("--detach and --keep-lease run one command; a session (--then, --script) ends with its lease")
 	}
@@ -141,6 +144,11 @@ func newFlagSet(o *options, env, secretEnv *keyValues, stdinPath, script *string
 	fs.DurationVar(&o.request.Command.Timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	fs.StringVar(&o.request.Lease.Shape, "shape", "", "sandbox shape")
 	fs.StringVar(&o.request.Lease.Rootfs, "rootfs", "", "the lease's root filesystem: an image or template `NAME` the sandbox server lists in GET /v1/rootfs (default: the server's default image)")
+	fs.Func("dockerfile", "build the lease's root filesystem from this Dockerfile `FILE` first, once per content (instead of --rootfs)", func(path string) error {
+		data, err := readDockerfile(path)
+		o.request.Dockerfile = data
+		return err
+	})
 	fs.Func("egress", "let the lease reach `RULE`: * (everything), host, host:port, IP or CIDR[:port] (repeatable; the sandbox server's policy caps it)", func(rule string) error {
 		o.request.Lease.Egress = append(o.request.Lease.Egress, rule)
 		return nil
@@ -221,6 +229,24 @@ func (kv *keyValues) Set(s string) error {
 	}
 	kv.m[k] = v
 	return nil
+}
+
+// readDockerfile reads a --dockerfile, refusing one over
+// sandbox.MaxDockerfileBytes without reading it whole.
+func readDockerfile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, sandbox.MaxDockerfileBytes+1))
+	switch {
+	case err != nil:
+		return "", err
+	case len(data) > sandbox.MaxDockerfileBytes:
+		return "", fmt.Errorf("%s is over %d bytes", path, sandbox.MaxDockerfileBytes)
+	}
+	return string(data), nil
 }
 
 // readStdin reads the --stdin input, "-" being r, up to

@@ -38,6 +38,9 @@ type livePrinter struct {
 	// ignore is a process whose output an earlier printer printed.
 	ignore string
 	out    [2]printedStream // stdout, stderr
+	// build is the template build's log (activities.TemplateProgress),
+	// printed on stderr before the command runs.
+	build printedStream
 	// skipped is set once output was skipped (and a notice said so).
 	skipped bool
 	// beforePrint, if not nil, is called before live output is printed
@@ -56,7 +59,7 @@ func newLivePrinter(stdio IO, dc converter.DataConverter) *livePrinter {
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
-	return &livePrinter{stdio: stdio, dc: dc, out: [2]printedStream{{w: stdio.Stdout}, {w: stdio.Stderr}}}
+	return &livePrinter{stdio: stdio, dc: dc, out: [2]printedStream{{w: stdio.Stdout}, {w: stdio.Stderr}}, build: printedStream{w: stdio.Stderr}}
 }
 
 // processKey names a process's output streams: process ids are the
@@ -77,7 +80,17 @@ func (p *livePrinter) poll(ctx context.Context, c client.Client, workflowID, run
 	}
 	printed := false
 	for _, pa := range resp.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != activities.NameExecute || pa.GetHeartbeatDetails() == nil {
+		if pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		if pa.GetActivityType().GetName() == activities.NameEnsureTemplate {
+			var build activities.TemplateProgress
+			if p.dc.FromPayloads(pa.GetHeartbeatDetails(), &build) == nil {
+				printed = p.showBuild(build) || printed
+			}
+			continue
+		}
+		if pa.GetActivityType().GetName() != activities.NameExecute {
 			continue
 		}
 		var progress activities.ExecuteProgress
@@ -102,6 +115,18 @@ func (p *livePrinter) adds(key string, progress activities.ExecuteProgress) bool
 		return progress.Stdout.End > 0 || progress.Stderr.End > 0
 	}
 	return progress.Stdout.End > p.out[0].upTo || progress.Stderr.End > p.out[1].upTo
+}
+
+// showBuild prints on stderr what a template build's heartbeat adds to
+// its log.
+func (p *livePrinter) showBuild(build activities.TemplateProgress) bool {
+	if build.Log.End <= p.build.upTo {
+		return false
+	}
+	if p.beforePrint != nil {
+		p.beforePrint()
+	}
+	return p.printTo(&p.build, build.Log.Text, build.Log.Start())
 }
 
 // show prints what progress, recorded of the process key, adds.
@@ -130,7 +155,11 @@ func (p *livePrinter) follow(key string) {
 // to what was printed, and a notice when it skips output that was not
 // seen. It reports whether it printed anything.
 func (p *livePrinter) print(i int, text string, start int64) bool {
-	s := &p.out[i]
+	return p.printTo(&p.out[i], text, start)
+}
+
+// printTo is print to any stream the printer follows.
+func (p *livePrinter) printTo(s *printedStream, text string, start int64) bool {
 	end := start + int64(len(text))
 	if end <= s.upTo {
 		return false

@@ -106,3 +106,15 @@ func TestLivePrinterWithoutLiveOutputPrintsTheResult(t *testing.T) {
 	assert.Equal(t, "all\n", out.String())
 	assert.Equal(t, "err\n", errOut.String())
 }
+
+// A template build's log goes to stderr as its heartbeats grow, each line
+// once, and leaves the command's streams alone.
+func TestLivePrinterPrintsTheBuildLogOnce(t *testing.T) {
+	p, out, errOut := newTestPrinter()
+	assert.True(t, p.showBuild(activities.TemplateProgress{Name: "sf-1", Log: tailOf("step 1\n", 100)}))
+	assert.False(t, p.showBuild(activities.TemplateProgress{Name: "sf-1", Log: tailOf("step 1\n", 100)}))
+	p.showBuild(activities.TemplateProgress{Name: "sf-1", Log: tailOf("step 1\nstep 2\n", 100)})
+	p.show("sb/p1", activities.ExecuteProgress{Stderr: tailOf("warn\n", 100)})
+	assert.Equal(t, "step 1\nstep 2\nwarn\n", errOut.String())
+	assert.Empty(t, out.String())
+}

@@ -180,3 +180,23 @@ func TestParseArgsRefusesLargeStdinWithoutReadingIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, o.request.Command.Stdin, sandbox.MaxStdinBytes, "the limit itself passes")
 }
+
+// --dockerfile puts the file in the request, which refuses it with
+// --rootfs before anything starts; a session refuses it.
+func TestParseArgsReadsTheDockerfile(t *testing.T) {
+	dockerfile := filepath.Join(t.TempDir(), "Dockerfile")
+	require.NoError(t, os.WriteFile(dockerfile, []byte("FROM devbox:1\nRUN echo baked > /opt/baked\n"), 0o600))
+	o, err := parseArgs([]string{"--dockerfile", dockerfile, "--", "cat", "/opt/baked"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "FROM devbox:1\nRUN echo baked > /opt/baked\n", o.request.Dockerfile)
+
+	_, err = parseArgs([]string{"--dockerfile", dockerfile, "--rootfs", "devbox:1", "--", "true"}, nil)
+	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
+	_, err = parseArgs([]string{"--dockerfile", dockerfile, "--then", "true", "--", "true"}, nil)
+	assert.ErrorContains(t, err, "--dockerfile runs one command")
+
+	big := filepath.Join(t.TempDir(), "Big")
+	require.NoError(t, os.WriteFile(big, make([]byte, sandbox.MaxDockerfileBytes+1), 0o600))
+	_, err = parseArgs([]string{"--dockerfile", big, "--", "true"}, nil)
+	assert.ErrorContains(t, err, "over 65536 bytes")
+}

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"github.com/sandboxflow/sandboxflow/sandbox"
+)
+
+// writeDockerfile writes a Dockerfile for --dockerfile.
+func writeDockerfile(t *testing.T, text string) string {
+	path := filepath.Join(t.TempDir(), "Dockerfile")
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	return path
+}
+
+// templateOf reads a template of the stack's sandbox server by name: its
+// TemplateView.
+func templateOf(t *testing.T, name string) (view struct{ ID, Name, Status string }) {
+	s := stackOf(t)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.SandboxURL+"/v1/templates/"+name, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", s.SandboxAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var envelope struct {
+		Data struct{ ID, Name, Status string }
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&envelope))
+	return envelope.Data
+}
+
+// The scenario: a command runs on the template of its Dockerfile;
+// a second run of the same Dockerfile uses the same template (its
+// EnsureTemplate finds it ready by its content's name: no create, no
+// build); nothing is left behind.
+func TestRunCommandOnTheTemplateOfItsDockerfile(t *testing.T) {
+	testenv.RequireRoot(t, "templates are built in namespaced sandboxes")
+	const text = "FROM devbox:1\nRUN echo baked > /opt/baked\n"
+	dockerfile := writeDockerfile(t, text)
+	name := sandbox.TemplateSpec{Dockerfile: text}.Name()
+
+	code, stdout, stderr := runStarter(t, "", "--dockerfile", dockerfile, "--", "cat", "/opt/baked")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "baked\n", stdout)
+	first := templateOf(t, name)
+	assert.Equal(t, "ready", first.Status)
+
+	code, stdout, stderr = runStarter(t, "", "--dockerfile", dockerfile, "--", "cat", "/opt/baked")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "baked\n", stdout)
+	assert.Equal(t, first, templateOf(t, name), "the same template")
+}
+
+// A RUN that fails fails the run typed, with the end of the build's log,
+// before any lease.
+func TestRunCommandFailsTypedWhenItsDockerfileFails(t *testing.T) {
+	testenv.RequireRoot(t, "templates are built in namespaced sandboxes")
+	const text = "FROM devbox:1\nRUN echo about to fail && false\n"
+	code, stdout, stderr := runStarter(t, "", "--dockerfile", writeDockerfile(t, text), "--workflow-id", "template-fails", "--", "true")
+	assert.Equal(t, starterapp.ExitRunFailed, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "failed: SandboxTemplateBuildFailed: ")
+
+	err := stackOf(t).Client.GetWorkflow(t.Context(), "template-fails", "").Get(t.Context(), nil)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, appErr.Type())
+	var d sandbox.FailureDetails
+	require.NoError(t, appErr.Details(&d))
+	assert.Equal(t, sandbox.TemplateSpec{Dockerfile: text}.Name(), d.Template)
+	assert.Contains(t, d.LogTail, "about to fail")
+	assert.Equal(t, "failed", templateOf(t, d.Template).Status)
+}
