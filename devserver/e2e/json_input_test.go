@@ -8,9 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -48,11 +46,5 @@ func TestRawJSONInputWithAMalformedFieldFailsAsInvalidInput(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotEqual(t, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, event.GetEventType(), "no activity, so no lease, before the input is found malformed")
 	}
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	assert.Equal(t, sandbox.TypeInvalidInput, appErr.Type())
-	assert.True(t, appErr.NonRetryable())
-	var d sandbox.FailureDetails
-	require.NoError(t, appErr.Details(&d))
-	assert.Equal(t, "command.timeout", d.Field)
+	assert.Equal(t, "command.timeout", requireInvalidInput(t, err).Field)
 }

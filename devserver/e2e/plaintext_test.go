@@ -101,14 +101,22 @@ func (decryptOnly) Encode(p []*commonpb.Payload) ([]*commonpb.Payload, error) { 
 // assertPlaintextRefused checks the typed refusal of plain-text input.
 func assertPlaintextRefused(t *testing.T, err error) {
 	t.Helper()
+	d := requireInvalidInput(t, err)
+	assert.Equal(t, "input", d.Field)
+	assert.Contains(t, d.Reason, "plaintext input")
+}
+
+// requireInvalidInput checks that err is a non-retryable
+// SandboxInvalidInput and returns its details.
+func requireInvalidInput(t *testing.T, err error) sandbox.FailureDetails {
+	t.Helper()
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.Equal(t, sandbox.TypeInvalidInput, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
 	var d sandbox.FailureDetails
 	require.NoError(t, appErr.Details(&d))
-	assert.Equal(t, "input", d.Field)
-	assert.Contains(t, d.Reason, "plaintext input")
+	return d
 }
 
 // assertNoActivity checks that a run scheduled no activity: it created no
