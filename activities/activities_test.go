@@ -76,9 +76,13 @@ func TestExecuteHeartbeatsTheProcessAndFinallyThatItEnded(t *testing.T) {
 	require.Error(t, err)
 	beats := beatsSoFar()
 	require.GreaterOrEqual(t, len(beats), 2)
-	assert.Equal(t, ExecuteProgress{LeaseID: lease.ID, Process: sandbox.Process{ID: "proc-1", Token: "t"}, Starts: 1}, beats[0], "the process is recorded as soon as it exists")
+	first, last := beats[0], beats[len(beats)-1]
+	assert.False(t, first.StartedAt.IsZero(), "the process's creation is recorded with it")
+	assert.Equal(t, first.StartedAt, last.StartedAt)
+	first.StartedAt, last.StartedAt = time.Time{}, time.Time{}
+	assert.Equal(t, ExecuteProgress{LeaseID: lease.ID, Process: sandbox.Process{ID: "proc-1", Token: "t"}, Starts: 1}, first, "the process is recorded as soon as it exists")
 	assert.Equal(t, ExecuteProgress{LeaseID: lease.ID, Process: sandbox.Process{ID: "proc-1", Token: "t"}, Cursor: 2, Bytes: 5, Ended: true, Starts: 1, Failures: 1,
-		Stdout: OutputTail{Text: "abc", End: 3}, Stderr: OutputTail{Text: "de", End: 2}}, beats[len(beats)-1],
+		Stdout: OutputTail{Text: "abc", End: 3}, Stderr: OutputTail{Text: "de", End: 2}}, last,
 		"the last heartbeat tells a retry not to attach to the killed process")
 }
 

@@ -43,6 +43,10 @@ type ExecuteProgress struct {
 	// Process is the command's process once it exists. With LeaseID it
 	// names the output stream: a new process is a new stream.
 	Process sandbox.Process `json:"process,omitzero"`
+	// StartedAt is when the process was created, by whichever attempt
+	// created it: the command's duration (a metric) runs from it, however
+	// many attempts followed the process.
+	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Cursor is the sequence number of the last output frame read.
 	Cursor int64 `json:"cursor,omitempty"`
 	// Bytes counts the output bytes read so far.
@@ -387,7 +391,6 @@ type progressRecorder struct {
 
 	mu        sync.Mutex
 	progress  ExecuteProgress
-	startedAt time.Time // when this attempt's provider created the process
 	// replayed is the last frame that an earlier attempt already added to
 	// the output tails: Attach delivers the output from its start again.
 	replayed int64
@@ -398,7 +401,7 @@ type progressRecorder struct {
 // them, so that a reader of the heartbeats sees one stream.
 func (r *progressRecorder) resume(previous ExecuteProgress) {
 	r.mu.Lock()
-	r.progress.Process = previous.Process
+	r.progress.Process, r.progress.StartedAt = previous.Process, previous.StartedAt
 	r.progress.Stdout, r.progress.Stderr = previous.Stdout, previous.Stderr
 	r.progress.Cursor, r.replayed = previous.Cursor, previous.Cursor
 	r.mu.Unlock()
@@ -455,9 +458,8 @@ func (r *progressRecorder) failed() int {
 // flight (hold), so that none with older details follows it.
 func (r *progressRecorder) Started(p sandbox.Process) error {
 	r.mu.Lock()
-	r.startedAt = time.Now()
 	details := r.progress
-	details.Process = p
+	details.Process, details.StartedAt = p, time.Now()
 	details.Starts++
 	r.mu.Unlock()
 	var err error
@@ -466,7 +468,7 @@ func (r *progressRecorder) Started(p sandbox.Process) error {
 			return
 		}
 		r.mu.Lock()
-		r.progress.Process, r.progress.Starts = p, details.Starts
+		r.progress.Process, r.progress.StartedAt, r.progress.Starts = p, details.StartedAt, details.Starts
 		r.mu.Unlock()
 		activity.RecordHeartbeat(r.ctx, r.snapshot())
 	})
@@ -497,11 +499,14 @@ func (r *progressRecorder) Output(c sandbox.Chunk) {
 		}
 	}
 	r.progress.Bytes += int64(c.Bytes)
+	replayed := c.Seq <= r.replayed
 	r.mu.Unlock()
 	if r.nudge != nil && c.Text != "" {
 		r.nudge()
 	}
-	if counter, ok := r.bytes[c.Stream]; ok {
+	// A re-attach reads the journal from its start: the frames an earlier
+	// attempt recorded were counted by it.
+	if counter, ok := r.bytes[c.Stream]; ok && !replayed {
 		counter.Inc(int64(c.Bytes))
 	}
 }
@@ -513,11 +518,12 @@ func (r *progressRecorder) snapshot() any {
 }
 
 // end records that this attempt is done with the process, and returns when
-// the attempt created it (zero when it re-attached, or no process began).
+// the process was created, by this attempt or an earlier one (zero when no
+// process began).
 func (r *progressRecorder) end() (startedAt time.Time) {
 	r.mu.Lock()
 	r.progress.Ended = true
-	startedAt = r.startedAt
+	startedAt = r.progress.StartedAt
 	r.mu.Unlock()
 	activity.RecordHeartbeat(r.ctx, r.snapshot())
 	return startedAt
