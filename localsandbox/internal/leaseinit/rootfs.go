@@ -389,6 +389,19 @@ func setupDev(dev string) error {
 			return err
 		}
 	}
+	// A devpts of the lease's own (newinstance): its terminals are
+	// numbered from 0 and listed in its /dev/pts alone, and /dev/ptmx
+	// opens a terminal there, never one of the host's.
+	pts := path.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	if err := os.Symlink("pts/ptmx", path.Join(dev, "ptmx")); err != nil {
+		return err
+	}
 	shm := path.Join(dev, "shm")
 	if err := os.Mkdir(shm, 0o1777); err != nil {
 		return err
