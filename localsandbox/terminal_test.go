@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -339,4 +340,24 @@ func TestPtyBadSizesAreRefused(t *testing.T) {
 		t.Errorf("resize of a process on pipes: HTTP %d, want 409", status)
 	}
 	ts.mustCall("DELETE", base+"?grace_ms=0", nil, nil)
+}
+
+// In process-group mode, which has no lease namespaces, the supervisor
+// opens the terminal on the host: the same API, the same terminal.
+func TestPtyInProcessGroupMode(t *testing.T) {
+	// Commands run as uid 65534 and must reach the root by path.
+	dir, err := os.MkdirTemp("", "sandboxd-pty-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ts := startServer(t, Options{Isolation: IsolationProcessGroup, Root: filepath.Join(dir, "root")})
+	lease := ts.createLease()
+	term := ts.startTerminal(t, lease, map[string]any{"cmd": "/bin/sh", "args": []string{"-i"}, "pty": map[string]int{"rows": 7, "cols": 33}})
+	term.input("stty size; exit 5\n")
+	term.waitFor(0, "7 33")
+	if end := term.end(); end.Type != "exit" || end.ExitCode == nil || *end.ExitCode != 5 {
+		t.Errorf("the stream ended with %+v, want exit code 5", end)
+	}
 }
