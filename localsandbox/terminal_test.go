@@ -168,10 +168,13 @@ func TestPtyShellTypedInputSizeResizeInterruptAndExit(t *testing.T) {
 	at := term.waitFor(0, "42")
 	term.input("stty size\n")
 	at = term.waitFor(at, "24 80")
+	term.input("trap 'echo winch-$((3*3))' WINCH; echo trapped-$((2*2))\n")
+	at = term.waitFor(at, "trapped-4")
 	if status := term.resize(40, 100); status != http.StatusOK {
 		t.Fatalf("resize: HTTP %d", status)
 	}
 	term.input("stty size\n")
+	term.waitFor(at, "winch-9") // the shell got SIGWINCH
 	at = term.waitFor(at, "40 100")
 
 	// The terminal's own: the lease's devpts has only it, numbered from 0,
