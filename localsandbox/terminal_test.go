@@ -364,3 +364,28 @@ func TestPtyInProcessGroupMode(t *testing.T) {
 		t.Errorf("the stream ended with %+v, want exit code 5", end)
 	}
 }
+
+// A background process that keeps the terminal open (deaf to the SIGHUP
+// of its session leader's exit) does not hold back
+// the leader's exit: it is recorded terminalDrainGrace after the status,
+// with what the leader showed before it, and the tree lives on until a
+// DELETE ends it.
+func TestPtyLeaderExitIsNotHeldByABackgroundProcess(t *testing.T) {
+	testenv.RequireRoot(t, "a lease's own devpts needs namespaces")
+	ts := startServer(t, Options{Isolation: IsolationNamespaces})
+	lease := ts.createLease()
+	term := ts.startTerminal(t, lease, map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "trap '' HUP; sleep 1000 & echo leader-$((2+3)); exit 4"}, "pty": map[string]int{"rows": 5, "cols": 40}})
+	var w waitData
+	ts.mustCall("GET", term.path("/wait?scope=leader&timeout_ms=20000"), nil, &w)
+	if !w.LeaderExited || w.TreeExited || w.ExitCode == nil || *w.ExitCode != 4 {
+		t.Fatalf("wait for the leader: %+v, want exit code 4 with the tree alive", w)
+	}
+	if end := term.end(); end.Type != "exit" || !strings.Contains(term.shown(0), "leader-5") {
+		t.Errorf("the stream ended with %+v after %q, want the exit after leader-5", end, term.shown(0))
+	}
+	var gone processView
+	ts.mustCall("DELETE", term.path("?grace_ms=0"), nil, &gone)
+	if !gone.TreeExited {
+		t.Errorf("DELETE left the tree: %+v", gone)
+	}
+}
