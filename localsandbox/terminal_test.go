@@ -366,10 +366,9 @@ func TestPtyInProcessGroupMode(t *testing.T) {
 }
 
 // A background process that keeps the terminal open (deaf to the SIGHUP
-// of its session leader's exit) does not hold back
-// the leader's exit: it is recorded terminalDrainGrace after the status,
-// with what the leader showed before it, and the tree lives on until a
-// DELETE ends it.
+// of its session leader's exit) does not hold back the leader's exit: it
+// is recorded terminalDrainGrace after the status, with what the leader
+// showed before it, and the tree lives on until a DELETE ends it.
 func TestPtyLeaderExitIsNotHeldByABackgroundProcess(t *testing.T) {
 	testenv.RequireRoot(t, "a lease's own devpts needs namespaces")
 	ts := startServer(t, Options{Isolation: IsolationNamespaces})
