@@ -37,9 +37,9 @@ const (
 func shell(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("devserver shell", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	url := fs.String("sandbox-url", "http://127.0.0.1:"+strconv.Itoa(stack.DefaultSandboxPort), "the sandbox server (default: the one `devserver dev` serves)")
-	key := fs.String("sandbox-api-key", os.Getenv("SANDBOX_API_KEY"), "its API key, which `devserver dev` prints (default: SANDBOX_API_KEY)")
-	leaseID := fs.String("lease", "", "open the terminal in this lease instead of a new one (which is destroyed at the end)")
+	url := fs.String("sandbox-url", "http://127.0.0.1:"+strconv.Itoa(stack.DefaultSandboxPort), "the sandbox server: by default the one devserver dev serves")
+	key := fs.String("sandbox-api-key", os.Getenv("SANDBOX_API_KEY"), "the API `KEY` of the sandbox server, which devserver dev prints (default: SANDBOX_API_KEY, which ps does not show)")
+	leaseID := fs.String("lease", "", "open the terminal in the lease with this `ID` instead of a new one (which is destroyed at the end)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		printHelp(os.Stdout, shellUsage, fs)
 		return 0

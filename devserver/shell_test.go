@@ -91,7 +91,8 @@ func TestShellRelaysATerminal(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := devserver(ctx, t, "shell", "--sandbox-url", url, "--sandbox-api-key", key)
+	cmd := devserver(ctx, t, "shell", "--sandbox-url", url)
+	cmd.Env = append(cmd.Env, "SANDBOX_API_KEY="+key)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	require.NoError(t, cmd.Start())
