@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -386,5 +387,17 @@ func TestPtyLeaderExitIsNotHeldByABackgroundProcess(t *testing.T) {
 	ts.mustCall("DELETE", term.path("?grace_ms=0"), nil, &gone)
 	if !gone.TreeExited {
 		t.Errorf("DELETE left the tree: %+v", gone)
+	}
+}
+
+// A lease opens at most leaseinit.MaxTerminals terminals at once: its devpts says
+// no past that, so no lease takes the kernel's pool from the others.
+func TestPtyALeaseHasAtMostMaxTerminals(t *testing.T) {
+	testenv.RequireRoot(t, "a lease's own devpts needs namespaces")
+	ts := startServer(t, Options{Isolation: IsolationNamespaces})
+	lease := ts.createLease()
+	r := ts.exec(lease, `exec perl -e 'my @f; while (@f < 1000 && open(my $f, "+<", "/dev/ptmx")) { push @f, $f } print scalar(@f), " $!"'`)
+	if want := fmt.Sprintf("%d No space left on device", leaseinit.MaxTerminals); r.Stdout != want {
+		t.Errorf("terminals opened: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
 }
