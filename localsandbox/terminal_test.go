@@ -401,3 +401,24 @@ func TestPtyALeaseHasAtMostMaxTerminals(t *testing.T) {
 		t.Errorf("terminals opened: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
 }
+
+// BenchmarkPtyKeystrokeEcho is the round trip of one key through the
+// API: input, the lease's terminal echoing it, and its frame back on the
+// open connect stream.
+func BenchmarkPtyKeystrokeEcho(b *testing.B) {
+	testenv.RequireRoot(b, "a lease's own devpts needs namespaces")
+	ts := startServer(b, Options{Isolation: IsolationNamespaces})
+	lease := ts.createLease()
+	var view processView
+	ts.mustCall("POST", "/sandboxes/"+lease+"/processes", map[string]any{"cmd": "cat", "pty": map[string]int{"rows": 5, "cols": 20}}, &view)
+	st := ts.connect(lease, view.ProcessID, 0)
+	path := "/sandboxes/" + lease + "/processes/" + view.ProcessID + "/input"
+	key := map[string]string{"data_base64": base64.StdEncoding.EncodeToString([]byte("k"))}
+	b.ResetTimer()
+	for range b.N {
+		ts.mustCall("POST", path, key, nil)
+		if ev, ok := st.next(false); !ok || ev.Type != "data" {
+			b.Fatalf("frame %+v", ev)
+		}
+	}
+}
