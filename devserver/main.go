@@ -43,8 +43,14 @@
 //	devserver run --egress any -- python3 -c '…urlopen("http://192.0.2.2:8000")…'
 //	devserver run --egress allowlist --egress pypi.org:443 -- pip download six
 //
-// `devserver dev --help` and
-// `devserver run --help` list every flag with its default.
+//	devserver shell [--sandbox-url URL] [--sandbox-api-key KEY] [--lease ID] [-- cmd [args...]]
+//	                                            a terminal in a lease of a running
+//	                                            `devserver dev`'s sandbox server: the
+//	                                            image's shell (or cmd) with this
+//	                                            terminal raw, its exit code ours
+//
+// `devserver dev --help`, `devserver run --help` and
+// `devserver shell --help` list every flag with its default.
 //
 // Each stack has its own directory, so stacks on different ports run side
 // by side: $TMPDIR/sandboxflow-<uid>/stack-<ip>-<port> holds the sandbox
@@ -80,8 +86,9 @@ const (
 	devUsage = "devserver dev [flags]"
 	runUsage = "devserver run [flags] [starter flags] -- cmd [args...]"
 	usage    = "usage:\n  " + devUsage + "   the whole stack until Ctrl-C\n  " + runUsage +
-		"\n      boot the stack, run one command as the starter does, print its Web UI link\n" +
-		"`devserver dev --help`, `devserver run --help`: their flags"
+		"\n      boot the stack, run one command as the starter does, print its Web UI link\n  " + shellUsage +
+		"\n      a terminal in a lease of the dev stack's sandbox server\n" +
+		"`devserver dev --help`, `devserver run --help`, `devserver shell --help`: their flags"
 )
 
 func main() {
@@ -97,6 +104,12 @@ func main() {
 		code = dev(ctx, os.Args[2:])
 	case "run":
 		code = run(ctx, stop, os.Args[2:])
+	case "shell":
+		// Ctrl-C is a key for the lease's terminal, not a signal for us.
+		stop()
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+		code = shell(ctx, os.Args[2:])
+		stop()
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

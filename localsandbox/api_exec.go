@@ -32,13 +32,16 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
+	if req.Pty != nil {
+		return unsupported("pty", "an exec runs on pipes; a terminal is a managed process's (POST /processes with pty)")
+	}
 	argv, err := req.argv()
 	if err != nil {
 		return err
 	}
 	streamed := req.Stream || r.URL.Query().Get("stream") == "true"
 	began := time.Now()
-	p, err := l.start(argv, req.Cwd, req.Env, true)
+	p, err := l.start(argv, req.Cwd, req.Env, true, nil)
 	var se *startError
 	if errors.As(err, &se) {
 		return s.notStarted(w, streamed, startFailed(se.msg).msg)

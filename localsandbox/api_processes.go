@@ -3,6 +3,7 @@ package localsandbox
 import (
 	"encoding/base64"
 	"errors"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/journal"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // Request limits of the process endpoints.
@@ -39,15 +41,39 @@ type processRequest struct {
 	Args []string          `json:"args"`
 	Cwd  string            `json:"cwd,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
-	// Pty asks for a terminal, which this server does not give.
-	Pty    *struct{} `json:"pty,omitempty"`
-	Stream bool      `json:"stream,omitempty"`
-	Stdin  *string   `json:"stdin,omitempty"`
+	// Pty runs a managed process on a terminal of that size (kind "pty").
+	Pty    *terminalSize `json:"pty,omitempty"`
+	Stream bool          `json:"stream,omitempty"`
+	Stdin  *string       `json:"stdin,omitempty"`
 }
 
+// terminalSize is the body of POST /{pid}/resize and a create's pty.
+type terminalSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// maxTerminalSide bounds a terminal's rows and columns.
+const maxTerminalSide = 1000
+
+// winSize checks a terminal size.
+func (t terminalSize) winSize() (*leaseinit.WinSize, error) {
+	if t.Rows < 1 || t.Rows > maxTerminalSide || t.Cols < 1 || t.Cols > maxTerminalSide {
+		return nil, badRequest("pty rows and cols must be between 1 and %d", maxTerminalSide)
+	}
+	return &leaseinit.WinSize{Rows: uint16(t.Rows), Cols: uint16(t.Cols)}, nil
+}
+
+// defaultShell is what a pty process without cmd runs: the image's bash
+// if it has one, else its sh, interactive.
+var defaultShell = []string{"/bin/sh", "-c", "command -v bash >/dev/null && exec bash -i; exec sh -i"}
+
+// defaultTerm is TERM for a pty process whose request sets none.
+const defaultTerm = "xterm-256color"
+
 func (req *processRequest) argv() ([]string, error) {
-	if req.Pty != nil {
-		return nil, unsupported("pty", "it runs commands on pipes only")
+	if req.Cmd == "" && req.Pty != nil && len(req.Args) == 0 {
+		return slices.Clone(defaultShell), nil
 	}
 	if req.Cmd == "" {
 		return nil, badRequest("cmd is required")
@@ -97,11 +123,24 @@ func (s *Server) createProcess(w http.ResponseWriter, r *http.Request) error {
 	if req.Stream || req.Stdin != nil {
 		return badRequest("stream and stdin belong to exec; a process takes input through /input")
 	}
+	var size *leaseinit.WinSize
+	if req.Pty != nil {
+		if size, err = req.Pty.winSize(); err != nil {
+			return err
+		}
+		if _, ok := req.Env["TERM"]; !ok {
+			req.Env = maps.Clone(req.Env)
+			if req.Env == nil {
+				req.Env = map[string]string{}
+			}
+			req.Env["TERM"] = defaultTerm
+		}
+	}
 	argv, err := req.argv()
 	if err != nil {
 		return err
 	}
-	p, err := l.start(argv, req.Cwd, req.Env, false)
+	p, err := l.start(argv, req.Cwd, req.Env, false, size)
 	if err != nil {
 		return startErrorStatus(err)
 	}
@@ -141,6 +180,9 @@ type outputWindow struct {
 func (p *process) view() processView {
 	v := processView{ProcessID: p.id, Kind: "process", PID: p.pid, State: "running",
 		CreatedAt: stamp(p.created), Cmd: p.argv[0], Args: p.argv[1:], Cwd: p.cwd}
+	if p.size != nil {
+		v.Kind = "pty"
+	}
 	p.mu.Lock()
 	exit, finished := p.exit, p.finished
 	p.mu.Unlock()
@@ -258,7 +300,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 		return conflict("stdin is closed")
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return &apiError{http.StatusRequestTimeout, "the process is not reading its stdin"}
-	case errors.Is(err, syscall.EPIPE):
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.EIO):
 		return conflict("nothing reads the process's stdin any more")
 	default:
 		return err
@@ -299,13 +341,30 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, okAnswer)
 }
 
-// resize answers POST /{pid}/resize: a terminal's size, and this server
-// runs no process on a terminal.
+// resize answers POST /{pid}/resize {rows, cols}: a pty process's new
+// terminal size, and SIGWINCH to its foreground process group.
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
-	if _, _, err := s.lookupProcess(r); err != nil {
+	_, p, err := s.lookupProcess(r)
+	if err != nil {
 		return err
 	}
-	return unsupported("resize", "it runs commands on pipes only, never on a pty")
+	var req terminalSize
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	size, err := req.winSize()
+	if err != nil {
+		return err
+	}
+	if p.size == nil {
+		return conflict("the process runs on pipes, not on a pty")
+	}
+	if err := p.resize(*size); errors.Is(err, errNoTerminal) {
+		return conflict("the process tree has exited")
+	} else if err != nil {
+		return err
+	}
+	return writeData(w, okAnswer)
 }
 
 // deleteProcess answers DELETE /{pid}?grace_ms=N: SIGTERM to the tree,

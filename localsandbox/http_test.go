@@ -61,7 +61,7 @@ func TestUnknownFieldsAreIgnoredAndLoggedOnce(t *testing.T) {
 		field string
 	}{
 		{"/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "networks": []map[string]string{{"id": "n"}}, "future_field": 1}, "networks"},
-		{"/sandboxes/" + sb.ID + "/processes", map[string]any{"cmd": "true", "pty": map[string]int{"rows": 24, "cols": 80}}, "pty"},
+		{"/sandboxes/" + sb.ID + "/exec", map[string]any{"cmd": "true", "pty": map[string]int{"rows": 24, "cols": 80}}, "pty"},
 	} {
 		if status, body := ts.rawCall("POST", tc.path, tc.body); status != http.StatusBadRequest || !strings.Contains(body, `"code":"UNSUPPORTED"`) || !strings.Contains(body, tc.field) {
 			t.Errorf("POST %s with %s: %d %s, want 400 UNSUPPORTED naming it", tc.path, tc.field, status, body)

@@ -422,12 +422,12 @@ func (l *lease) endSpawn(p *process) {
 }
 
 // start runs argv in the lease, with the variables env added to its
-// environment.
-func (l *lease) start(argv []string, cwd string, env map[string]string, oneShot bool) (*process, error) {
+// environment; on a terminal of that size when terminal is not nil.
+func (l *lease) start(argv []string, cwd string, env map[string]string, oneShot bool, terminal *leaseinit.WinSize) (*process, error) {
 	if err := l.beginSpawn(); err != nil {
 		return nil, err
 	}
-	p, err := l.server.spawn(l, argv, cwd, l.env(env), oneShot)
+	p, err := l.server.spawn(l, argv, cwd, l.env(env), oneShot, terminal)
 	l.endSpawn(p)
 	return p, err
 }

@@ -47,8 +47,15 @@ type process struct {
 	inputSeq    atomic.Int64 // the writes to its stdin so far
 	terminating atomic.Bool  // a DELETE is ending its tree
 
+	// size is the terminal's size as asked at create: a process on a
+	// terminal (kind "pty") has one, a process on pipes none.
+	size *leaseinit.WinSize
+
 	stdinMu sync.Mutex
-	stdin   *os.File // nil once closed
+	stdin   *os.File // nil once closed; a terminal's master for a pty process
+	// terminal is the master of a pty process's terminal, for resize,
+	// until the process's tree is gone (the pump reads a copy of its own).
+	terminal *os.File
 
 	startCh    chan leaseinit.Status // the init's first message
 	mainExited chan struct{}         // closed once the exit status is known
@@ -68,10 +75,11 @@ type startError struct{ msg string }
 func (e *startError) Error() string { return e.msg }
 
 // spawn starts argv in the lease: through its lease init in namespace
-// mode, under a new supervisor on the host in process-group mode. It
-// returns once the command runs, or a *startError when it could not be
-// started because of its argv or cwd.
-func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneShot bool) (*process, error) {
+// mode, under a new supervisor on the host in process-group mode; with a
+// size, on a terminal that the supervisor opens where it runs. It returns
+// once the command runs, or a *startError when it could not be started
+// because of its argv or cwd.
+func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneShot bool, size *leaseinit.WinSize) (*process, error) {
 	files, err := newInitFiles()
 	if err != nil {
 		return nil, err
@@ -82,6 +90,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		argv:       argv,
 		cwd:        l.resolveCwd(cwd),
 		created:    time.Now(),
+		size:       size,
 		startCh:    make(chan leaseinit.Status, 1),
 		mainExited: make(chan struct{}),
 		done:       make(chan struct{}),
@@ -94,7 +103,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 		p.machine = l.machine
 		p.untilExit = oneShot
 		fds := []int{int(files.stdinR.Fd()), int(files.stdoutW.Fd()), int(files.stderrW.Fd()), int(files.statusW.Fd())}
-		p.machineID, err = l.machine.Spawn(kind, argv, p.cwd, env, fds)
+		p.machineID, err = l.machine.Spawn(kind, argv, p.cwd, env, size, fds)
 		if errors.Is(err, machine.ErrCommandTooLong) {
 			err = &startError{err.Error()}
 		}
@@ -102,7 +111,7 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 			files.closeAll()
 			return nil, err
 		}
-	} else if p.cmd, err = s.startSupervisor(l, argv, cwd, env, files); err != nil {
+	} else if p.cmd, err = s.startSupervisor(l, argv, cwd, env, size, files); err != nil {
 		files.closeAll()
 		return nil, err
 	}
@@ -111,7 +120,11 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 	p.id = newID("proc-")
 	p.journal = journal.New(s.opts.JournalBytes, s.opts.StallTimeout)
 	p.record = s.history.add(ProcessRecord{LeaseID: l.id, ProcessID: p.id, Argv: argv, Exec: oneShot, Start: time.Now()})
-	p.stdin = files.stdinW
+	if size != nil {
+		files.stdinW.Close() // the command reads its terminal, never this pipe
+	} else {
+		p.stdin = files.stdinW
+	}
 	pumpDone := make(chan struct{})
 	s.workers.Add(2)
 	go func() {
@@ -161,8 +174,9 @@ func (s *Server) spawn(l *lease, argv []string, cwd string, env []string, oneSho
 
 // startSupervisor starts argv under a new supervisor on the host, for
 // process-group mode.
-func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []string, files *initFiles) (*exec.Cmd, error) {
+func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []string, size *leaseinit.WinSize, files *initFiles) (*exec.Cmd, error) {
 	cfg := leaseinit.SupervisorConfig{
+		Terminal:      size,
 		Argv:          argv,
 		Cwd:           l.resolveCwd(cwd),
 		Env:           env,
@@ -211,7 +225,9 @@ func (s *Server) startSupervisor(l *lease, argv []string, cwd string, env []stri
 // initFiles are the pipes between the server and a new init. The init gets
 // the child ends (closed here once it has them); the server writes stdin
 // and the configuration, and the pump reads the init's stdout, stderr and
-// status through raw non-blocking descriptors.
+// status through raw non-blocking descriptors. The status channel is a
+// unix socket rather than a pipe, so that a supervisor can send a
+// terminal's master with its Started line.
 type initFiles struct {
 	stdinR, stdoutW, stderrW, statusW *os.File // the init's ends
 	stdinW                            *os.File
@@ -224,12 +240,20 @@ func newInitFiles() (*initFiles, error) {
 	if f.stdinR, f.stdinW, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	for _, p := range []struct {
+	for i, p := range []struct {
 		child **os.File
 		ours  *int
 	}{{&f.stdoutW, &f.stdoutR}, {&f.stderrW, &f.stderrR}, {&f.statusW, &f.statusR}} {
 		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		var err error
+		if i == 2 {
+			if fds, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+				unix.Shutdown(fds[0], unix.SHUT_WR) // status goes one way
+			}
+		} else {
+			err = unix.Pipe2(fds[:], unix.O_CLOEXEC)
+		}
+		if err != nil {
 			f.closeAll()
 			return nil, err
 		}
@@ -262,37 +286,53 @@ func (f *initFiles) closeAll() {
 	}
 }
 
-// pump moves output from the pipes into the journal and reads the init's
-// messages, until every pipe is closed (or, with untilExit, until the exit
-// is known and the status pipe closed: then it drains what the pipes hold
-// and leaves the rest to discard). When the main process's exit status
-// arrives, whatever it wrote is already in the pipes: pump drains them first,
-// so the exit follows all of that output in the journal.
+// terminalDrainGrace bounds how long a pty process's exit waits for its
+// terminal to close after its main process exited: what the command wrote
+// last may still be on its way through the terminal, and the terminal
+// closes once nothing holds it — unless a background process does.
+const terminalDrainGrace = 250 * time.Millisecond
+
+// pump moves output from the pipes (and a pty process's terminal) into the
+// journal and reads the init's messages, until every pipe is closed (or,
+// with untilExit, until the exit is known and the status pipe closed: then
+// it drains what the pipes hold and leaves the rest to discard). When the
+// main process's exit status arrives, whatever it wrote is already in the
+// pipes: pump drains them first, so the exit follows all of that output in
+// the journal. A terminal's output may lag (the kernel moves it to the
+// master asynchronously), so a pty process's exit is recorded once its
+// terminal closed, or terminalDrainGrace after the status came.
 func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
+	const terminalFD = 3
 	fds := []unix.PollFd{
 		{Fd: int32(stdoutR), Events: unix.POLLIN},
 		{Fd: int32(stderrR), Events: unix.POLLIN},
 		{Fd: int32(statusR), Events: unix.POLLIN},
+		{Fd: -1, Events: unix.POLLIN}, // a pty process's terminal, once it came
 	}
+	streams := [...]journal.Stream{journal.Stdout, journal.Stderr, 0, journal.Pty}
+	outputs := []int{0, 1, terminalFD}
 	buf := make([]byte, journal.MaxChunk)
+	oob := make([]byte, unix.CmsgSpace(4*leaseinit.MaxRequestFDs))
 	var status []byte
-	open := len(fds)
+	var pendingExit *journal.ExitStatus
+	var exitDeadline time.Time
+	open := 3
 	closeFD := func(i int) {
 		unix.Close(int(fds[i].Fd))
 		fds[i].Fd = -1
 		open--
 	}
-	// read reads once from output pipe i; false when it reached end of file.
+	// read reads once from output i; false when it reached end of file.
 	read := func(i int) (n int, more bool) {
 		n, err := unix.Read(int(fds[i].Fd), buf)
 		if n > 0 {
-			p.output(journal.Stream(i), buf[:n])
+			p.output(streams[i], buf[:n])
 			return n, true
 		}
 		if err == unix.EAGAIN || err == unix.EINTR {
 			return 0, true
 		}
-		closeFD(i)
+		closeFD(i) // a terminal: EIO once nothing holds its slave
 		return 0, false
 	}
 	drain := func(i int) {
@@ -308,21 +348,50 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 			total += n
 		}
 	}
+	drainAll := func() {
+		for _, i := range outputs {
+			if fds[i].Fd >= 0 {
+				drain(i)
+			}
+		}
+	}
 	protocolFailure := func() {
 		s.log.Warn("a process's status channel broke the protocol; killing its tree", "sandbox", p.lease.id)
 		closeFD(2)
 		p.kill()
 	}
+	// takeTerminal keeps the master that came with a status message: the
+	// pump reads it, and a copy (p.terminal) takes input and resizes.
+	takeTerminal := func(rights []int) {
+		for _, fd := range rights {
+			if p.size == nil || fds[terminalFD].Fd >= 0 {
+				unix.Close(fd) // nothing a process of its kind is sent
+				continue
+			}
+			unix.SetNonblock(fd, true)
+			dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				unix.Close(fd)
+				continue
+			}
+			fds[terminalFD].Fd = int32(fd)
+			open++
+			p.stdinMu.Lock()
+			p.terminal = os.NewFile(uintptr(dup), "terminal")
+			p.stdin = p.terminal
+			p.stdinMu.Unlock()
+		}
+	}
 	for open > 0 {
+		if pendingExit != nil && (fds[terminalFD].Fd < 0 || !time.Now().Before(exitDeadline)) {
+			p.setExit(*pendingExit)
+			pendingExit = nil
+		}
 		if p.untilExit && fds[2].Fd < 0 {
 			if _, ok := p.exitStatus(); ok {
-				for i := range 2 {
-					if fds[i].Fd >= 0 {
-						drain(i)
-					}
-				}
+				drainAll()
 				var rest []int
-				for i := range 2 {
+				for _, i := range outputs {
 					if fds[i].Fd >= 0 {
 						rest = append(rest, int(fds[i].Fd))
 					}
@@ -333,13 +402,17 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 				return
 			}
 		}
-		if _, err := unix.Poll(fds, -1); err != nil {
+		timeout := -1
+		if pendingExit != nil {
+			timeout = int(time.Until(exitDeadline)/time.Millisecond) + 1
+		}
+		if _, err := unix.Poll(fds, timeout); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
 			break
 		}
-		for i := range 2 {
+		for _, i := range outputs {
 			if fds[i].Fd >= 0 && fds[i].Revents != 0 {
 				read(i)
 			}
@@ -347,7 +420,16 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 		if fds[2].Fd < 0 || fds[2].Revents == 0 {
 			continue
 		}
-		n, err := unix.Read(int(fds[2].Fd), buf)
+		n, oobn, _, _, err := unix.Recvmsg(int(fds[2].Fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if oobn > 0 {
+			if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, c := range cmsgs {
+					if rights, err := unix.ParseUnixRights(&c); err == nil {
+						takeTerminal(rights)
+					}
+				}
+			}
+		}
 		if n <= 0 {
 			if err != unix.EAGAIN && err != unix.EINTR {
 				closeFD(2)
@@ -365,24 +447,28 @@ func (p *process) pump(s *Server, stdoutR, stderrR, statusR int) {
 			}
 			status = rest
 			msg, ok := leaseinit.DecodeStatus(line)
-			if !ok {
+			if !ok || (msg.Started && p.size != nil && fds[terminalFD].Fd < 0) {
 				protocolFailure()
 				break
 			}
-			if msg.Exited {
-				for i := range 2 {
-					if fds[i].Fd >= 0 {
-						drain(i)
-					}
-				}
+			switch {
+			case msg.Exited && fds[terminalFD].Fd >= 0:
+				drainAll()
+				pendingExit = &journal.ExitStatus{Code: msg.ExitCode, Signal: msg.Signal}
+				exitDeadline = time.Now().Add(terminalDrainGrace)
+			case msg.Exited:
+				drainAll()
 				p.setExit(journal.ExitStatus{Code: msg.ExitCode, Signal: msg.Signal})
-			} else {
+			default:
 				select {
 				case p.startCh <- msg:
 				default:
 				}
 			}
 		}
+	}
+	if pendingExit != nil {
+		p.setExit(*pendingExit)
 	}
 	for _, fd := range fds {
 		if fd.Fd >= 0 {
@@ -469,7 +555,15 @@ func (p *process) finish(s *Server) {
 		}
 	}
 	p.setExit(st)
-	p.closeStdin()
+	p.stdinMu.Lock()
+	if p.stdin != nil && p.stdin != p.terminal {
+		p.stdin.Close()
+	}
+	if p.terminal != nil {
+		p.terminal.Close()
+	}
+	p.stdin, p.terminal = nil, nil
+	p.stdinMu.Unlock()
 	final, _ := p.exitStatus()
 	s.history.finish(p.record, final)
 	close(p.done)
@@ -547,16 +641,52 @@ var errStdinClosed = errors.New("stdin is closed")
 
 // closeStdin closes the write end of the command's stdin; once closed
 // (by a request, or because the process exited), closing it again does
-// nothing: the caller asked for stdin to be closed, and it is.
+// nothing: the caller asked for stdin to be closed, and it is. A terminal
+// has no stdin to close: its end of input is the EOF character (^D, as
+// typed) and no more input; the terminal stays, for resize.
 func (p *process) closeStdin() error {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.stdin == nil {
 		return nil
 	}
-	err := p.stdin.Close()
+	var err error
+	if p.stdin == p.terminal {
+		p.stdin.SetWriteDeadline(time.Now().Add(inputWriteTimeout))
+		_, err = p.stdin.Write([]byte{terminalEOF})
+	} else {
+		err = p.stdin.Close()
+	}
 	p.stdin = nil
 	return err
+}
+
+// terminalEOF is the EOF character of a new terminal's line discipline
+// (VEOF, ^D).
+const terminalEOF = 0x04
+
+// errNoTerminal means a process runs on pipes, or its terminal is gone.
+var errNoTerminal = errors.New("the process has no terminal")
+
+// resize sets a pty process's terminal size: the kernel sends SIGWINCH to
+// the terminal's foreground process group.
+func (p *process) resize(size leaseinit.WinSize) error {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.terminal == nil {
+		return errNoTerminal
+	}
+	rc, err := p.terminal.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioctlErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioctlErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Rows, Col: size.Cols})
+	}); err != nil {
+		return err
+	}
+	return ioctlErr
 }
 
 // writeStdin writes data to the command's stdin, giving up after timeout if

@@ -284,7 +284,7 @@ func (s *Server) probe() error {
 		return err
 	}
 	defer l.destroy()
-	p, err := l.start([]string{"true"}, "", nil, true)
+	p, err := l.start([]string{"true"}, "", nil, true, nil)
 	if err != nil {
 		return err
 	}

@@ -159,7 +159,7 @@ func TestSweepKillsLeftoverInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lease.start([]string{"sleep", "1000"}, "", nil, false); err != nil {
+	if _, err := lease.start([]string{"sleep", "1000"}, "", nil, false, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -633,7 +633,7 @@ func (s *Server) runStep(ctx context.Context, t *tmpl, l *lease, step template.S
 		// As the user, with its groups, the way su would, without PAM.
 		argv = append([]string{"/bin/sh", "-c", `u=$1; shift; exec setpriv --reuid="$u" --regid="$(id -g -- "$u")" --init-groups -- "$@"`, "sh", step.User}, argv...)
 	}
-	p, err := l.start(argv, step.Dir, step.Env, true)
+	p, err := l.start(argv, step.Dir, step.Env, true, nil)
 	var se *startError
 	if errors.As(err, &se) {
 		return 0, errors.New(se.msg)

@@ -13,11 +13,15 @@ type Stream uint8
 const (
 	Stdout Stream = iota
 	Stderr
+	Pty // a terminal's output, where stdout and stderr are one
 )
 
 func (s Stream) String() string {
-	if s == Stderr {
+	switch s {
+	case Stderr:
 		return "stderr"
+	case Pty:
+		return "pty"
 	}
 	return "stdout"
 }

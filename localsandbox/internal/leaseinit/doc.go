@@ -36,7 +36,8 @@
 //   - rootfs.go, buildRoot: the lease's root file system — the overlays
 //     of each lower layer and its upper directory (mount "overlay"), the
 //     masks of what the host image must not show (hideInUpper), the
-//     workspace and tmp binds, /dev from scratch (setupDev), its own
+//     workspace and tmp binds, /dev from scratch with a devpts of the
+//     lease's own (setupDev), its own
 //     /proc, pivot_root out of the host's tree, the hostname (the lease
 //     id), and loopback up (LoopbackUp).
 //   - leaseinit.go, confineChild: no_new_privs, the capability bounding
@@ -45,7 +46,9 @@
 //   - initproc.go, the hook (init) and the supervisor: applyRlimits,
 //     RLIMIT_NPROC, RLIMIT_NOFILE, no core dumps; runSupervisor,
 //     PR_SET_CHILD_SUBREAPER, so that orphans of a managed process's tree
-//     come back to its supervisor.
+//     come back to its supervisor; for a pty process, the terminal
+//     (terminal.go: opened on the lease's devpts, the slave the command's
+//     controlling terminal, the master sent to the server).
 //
 // The limits of a shape (cgroups, the disk) are the server's business:
 // the init is put in its lease's cgroup before it forks anything

@@ -133,8 +133,25 @@ func runSupervisor() int {
 
 	attr := &syscall.ProcAttr{Env: cfg.Env, Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	master := -1
+	if cfg.Terminal != nil {
+		// The command's stdio is the terminal, its controlling terminal
+		// in a session of its own: job control, ^C and SIGWINCH reach its
+		// foreground process group.
+		m, slave, err := openTerminal(cfg.Terminal)
+		if err != nil {
+			return fail(err)
+		}
+		master = m
+		attr.Files = []uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
+		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
+	}
 	pid, err := syscall.ForkExec(path, cfg.Argv, attr)
+	if master >= 0 {
+		unix.Close(int(attr.Files[0])) // the command holds the slave now
+	}
 	if err != nil {
+		unix.Close(master)
 		return fail(&initFailure{FailCommand, fmt.Errorf("%s: %w", cfg.Argv[0], err)})
 	}
 	// The command owns its stdio now; the init keeps no copy, so that the
@@ -145,7 +162,17 @@ func runSupervisor() int {
 		}
 		null.Close()
 	}
-	report(Status{Started: true, Pid: pid})
+	if master >= 0 {
+		err := sendTerminal(status, Status{Started: true, Pid: pid}, master)
+		unix.Close(master)
+		if err != nil {
+			// Nobody can reach the command's terminal: end it.
+			syscall.Kill(pid, syscall.SIGKILL)
+			return fail(fmt.Errorf("sending the terminal: %w", err))
+		}
+	} else {
+		report(Status{Started: true, Pid: pid})
+	}
 
 	go forwardSignals(sigs)
 	for {

@@ -310,7 +310,7 @@ func (in *leaseInit) spawn(req *Request, fds []int) {
 		return
 	}
 	status.Close() // the supervisor has it
-	cfg := SupervisorConfig{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, WorkspacePath: Workspace}
+	cfg := SupervisorConfig{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, WorkspacePath: Workspace, Terminal: req.Terminal}
 	go func() {
 		json.NewEncoder(configW).Encode(cfg)
 		configW.Close()

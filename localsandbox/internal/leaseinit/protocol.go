@@ -17,6 +17,7 @@ import (
 //	server ──Request{spawn} + [stdin stdout stderr status]──▶ lease init
 //	server ──Request{signal} / Request{kill}────────────────▶ lease init
 //	server ◀──────────── {"started"} {"exited",code} on status ─ init or supervisor
+//	server ◀──── {"started"} + [terminal master] on status ─ supervisor (Terminal)
 
 // Program is the file name of the init program, a build of
 // cmd/sandboxflow-init: a small binary holding this package and little
@@ -29,7 +30,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/4"
+const ProtocolVersion = "sandboxflow-init/5"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
@@ -49,6 +50,15 @@ type Request struct {
 	Cwd    string   `json:"cwd,omitempty"`
 	Env    []string `json:"env,omitempty"`
 	Signal int      `json:"signal,omitempty"`
+	// Terminal: a managed process on a terminal of this size (KindProcess
+	// only), passed on to its supervisor.
+	Terminal *WinSize `json:"terminal,omitempty"`
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // Reply is the init's one message to the server: ready, or why not.
@@ -133,6 +143,13 @@ type SupervisorConfig struct {
 	WorkspacePath string `json:"workspace_path"`
 	MaxProcs      uint64 `json:"max_procs,omitempty"`
 	MaxOpenFiles  uint64 `json:"max_open_files,omitempty"`
+	// Terminal: run the command on a new pseudo-terminal of this size,
+	// opened where the supervisor runs (inside the lease: the lease's own
+	// devpts), as its controlling terminal in a session of its own. The
+	// supervisor sends the terminal's master with its Started line
+	// (SCM_RIGHTS: the status channel is then a unix socket) and keeps no
+	// copy.
+	Terminal *WinSize `json:"terminal,omitempty"`
 }
 
 // Status is one line an init writes on a command's status pipe: first

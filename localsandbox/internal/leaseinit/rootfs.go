@@ -389,6 +389,22 @@ func setupDev(dev string) error {
 			return err
 		}
 	}
+	// A devpts of the lease's own (newinstance): its terminals are
+	// numbered from 0 and listed in its /dev/pts alone, and /dev/ptmx
+	// opens a terminal there, never one of the host's. At most
+	// MaxTerminals, so that no lease takes the kernel's pool of
+	// terminals (kernel.pty.max) from the others; the host's own
+	// instance keeps its reserve (kernel.pty.reserve) whatever they do.
+	pts := path.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,max=%d", MaxTerminals)); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	if err := os.Symlink("pts/ptmx", path.Join(dev, "ptmx")); err != nil {
+		return err
+	}
 	shm := path.Join(dev, "shm")
 	if err := os.Mkdir(shm, 0o1777); err != nil {
 		return err
@@ -398,6 +414,9 @@ func setupDev(dev string) error {
 	}
 	return nil
 }
+
+// MaxTerminals bounds the terminals open at once in a lease.
+const MaxTerminals = 256
 
 func touch(file string) error {
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY, 0o644)

@@ -8,7 +8,7 @@
 //	err := sp.MakeRoot()                                  // upper/ and work/ of each layer
 //	cg, err := limiter.Create(id, machine.Limits{MemoryBytes: 1 << 30, MaxTasks: 512, VCPUs: 1})
 //	m, err := machine.Start(sp, cg, nil)                  // the lease init runs, its root built
-//	cmdID, err := m.Spawn(leaseinit.KindExec, argv, "/workspace", env, []int{stdin, stdout, stderr, status})
+//	cmdID, err := m.Spawn(leaseinit.KindExec, argv, "/workspace", env, nil, []int{stdin, stdout, stderr, status})
 //	err = cg.Freeze()                                     // pause; Thaw resumes
 //	m.Stop()                                              // the init, and so every process of the lease, killed
 //

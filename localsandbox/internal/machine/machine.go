@@ -215,10 +215,11 @@ func (m *Machine) send(msg any, fds []int) error {
 // Spawn asks the init to start a command of kind (leaseinit.KindExec or
 // KindProcess) with the given pipes (stdin, stdout, stderr, status); it
 // returns the command's id in the machine. The command's status comes on
-// the status pipe.
-func (m *Machine) Spawn(kind string, argv []string, cwd string, env []string, fds []int) (uint64, error) {
+// the status pipe. A managed process with a terminal size runs on a
+// terminal of the lease's (leaseinit.SupervisorConfig.Terminal).
+func (m *Machine) Spawn(kind string, argv []string, cwd string, env []string, terminal *leaseinit.WinSize, fds []int) (uint64, error) {
 	id := m.nextID.Add(1)
-	err := m.send(leaseinit.Request{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env}, fds)
+	err := m.send(leaseinit.Request{Op: "spawn", ID: id, Kind: kind, Argv: argv, Cwd: cwd, Env: env, Terminal: terminal}, fds)
 	return id, err
 }
 
