@@ -69,7 +69,7 @@ func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // view shows l, with its limits when withLimits.
 func (s *Server) view(l *lease, withLimits bool) sandboxView {
 	l.mu.Lock()
-	status, runningAt, pausedAt, resumedAt, spawnTime := l.state, l.runningAt, l.pausedAt, l.resumedAt, l.spawnTime
+	status, runningAt, pausedAt, resumedAt, spawnTime, disk := l.state, l.runningAt, l.pausedAt, l.resumedAt, l.spawnTime, l.diskMax
 	keys := slices.Clone(l.sshPubkeys)
 	l.mu.Unlock()
 	v := sandboxView{
@@ -78,7 +78,7 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 		Name:          l.name,
 		VCPU:          l.shape.vcpu(),
 		MemMiB:        l.shape.MemoryBytes / mib,
-		DiskMiB:       l.diskMax / mib,
+		DiskMiB:       disk / mib,
 		CreatedAt:     stamp(l.created),
 		RunningAt:     stamp(runningAt),
 		PausedAt:      stamp(pausedAt),
@@ -100,9 +100,8 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 	}
 	s.addNetworkView(l, &v)
 	v.BandwidthIngressBytes = v.Network.BytesIn
-	v.IP = "127.0.0.1" // the lease's loopback: all it has without an outward path
-	if v.Network.Path == "slirp4netns" {
-		v.IP = "10.0.2.100"
+	if ip := s.leaseIP(l, status); ip.IsValid() {
+		v.IP = ip.String() // an address that identifies the lease (api_byip.go)
 	}
 	if withLimits {
 		v.Limits = s.limitsView(l)
@@ -144,7 +143,7 @@ func (s *Server) limitsView(l *lease) *limitsView {
 		MaxOpenFiles: s.opts.MaxOpenFiles,
 		MemoryBytes:  l.shape.MemoryBytes,
 		VCPUs:        l.shape.VCPUs,
-		DiskBytes:    l.diskMax,
+		DiskBytes:    l.diskBytes(),
 		DiskEnforced: l.disk != nil,
 	}
 	var used uint64

@@ -110,9 +110,9 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 		return leaseSpec{}, err
 	}
 	src.mu.Lock()
-	keys := src.sshPubkeys
+	keys, disk := src.sshPubkeys, src.diskMax
 	src.mu.Unlock()
-	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: src.diskMax, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id}
+	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: disk, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id}
 	if req.SSHPubkeys != nil {
 		if spec.sshPubkeys, err = mergeSSHPubkeys(nil, req.SSHPubkeys); err != nil {
 			return leaseSpec{}, err

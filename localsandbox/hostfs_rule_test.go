@@ -34,6 +34,7 @@ func TestHostFileOperationsGoThroughHostfs(t *testing.T) {
 		"internal/machine/disk.go:create":         "the disk image, in <root>/disks",
 		"internal/machine/disk.go:formattedImage": "the formatted image a create copies, in <root>/disks",
 		"internal/machine/disk.go:openLoop":       "a loop device node in <root>/disks",
+		"internal/machine/disk.go:grow":           "the disk image, in <root>/disks",
 		"internal/machine/disk.go:Remove":         "the disk image, in <root>/disks",
 		"internal/machine/disk.go:SweepDisks":     "<root>/disks",
 		"internal/machine/cgroups.go:removeGroup": "the lease's cgroup directories, in cgroupfs",

@@ -61,7 +61,7 @@ type lease struct {
 	machine *machine.Machine // the lease init (namespace mode)
 	cgroup  machine.Cgroup   // nil when the server enforces no limits
 	disk    *machine.Disk    // nil when the server does not bound disks
-	diskMax int64            // the lease's disk_mib in bytes
+	diskMax int64            // the lease's disk_mib in bytes (guarded by mu: a resize grows it)
 	net     *network.Net     // the network namespace the server made (network.go), or nil
 	netSpec netSpec          // the egress and ingress it was created with
 
@@ -214,6 +214,16 @@ func (l *lease) makeFileDirs() error {
 // if the host's file system has room for it beyond what is promised to the
 // other leases' disks (machine/disk.go).
 func (s *Server) newLeaseDisk(id string, size int64, dir string) (*machine.Disk, error) {
+	if err := s.checkDiskRoom(); err != nil {
+		return nil, err
+	}
+	return machine.NewDisk(filepath.Join(s.opts.Root, disksDir), id, size, dir, s.disks)
+}
+
+// checkDiskRoom refuses a new or grown disk (a *machine.CapacityError)
+// unless the host's file system holds what is promised to the leases'
+// disks and the reserve (machine.CheckRoom).
+func (s *Server) checkDiskRoom() error {
 	s.mu.Lock()
 	leases := make([]*lease, 0, len(s.leases))
 	for _, l := range s.leases {
@@ -230,10 +240,7 @@ func (s *Server) newLeaseDisk(id string, size int64, dir string) (*machine.Disk,
 		l.mu.Unlock()
 		promised += l.disk.Promised(copies)
 	}
-	if err := machine.CheckRoom(s.opts.Root, promised); err != nil {
-		return nil, err
-	}
-	return machine.NewDisk(filepath.Join(s.opts.Root, disksDir), id, size, dir, s.disks)
+	return machine.CheckRoom(s.opts.Root, promised)
 }
 
 // noCapacity answers a refusal for lack of room (a host id range, disk)

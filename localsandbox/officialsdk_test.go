@@ -72,6 +72,7 @@ func runSDKFlows(t *testing.T, node, dir string, policy EgressPolicy) {
 		"SDK_CAN_INGRESS="+flag(ts.srv.networkAvailable()),
 		"SDK_CAN_FORK="+flag(ts.srv.Isolation() == IsolationNamespaces),
 		"SDK_EGRESS_ENFORCED="+flag(egressEnforced),
+		"SDK_CAN_RESIZE="+flag(ts.srv.resizeErr == nil),
 	)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

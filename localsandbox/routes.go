@@ -27,6 +27,11 @@ type apiRoute struct {
 	// ext marks a route of the project's own (PROTOCOL.md), not in the
 	// official API's index.
 	ext bool
+	// first marks a served route whose literal segment stands where other
+	// routes have a sandbox id (by-ip): one ServeMux refuses both, as
+	// neither pattern is more specific, so it is matched before the
+	// others. Sandbox ids are "sb-…", never such a literal.
+	first bool
 }
 
 // apiRoutes is every route the server knows: the one table of what it
@@ -45,11 +50,11 @@ var apiRoutes = []apiRoute{
 	{method: "GET", path: "/v1/sandboxes/{id}", serve: (*Server).getSandbox},
 	{method: "PATCH", path: "/v1/sandboxes/{id}", serve: (*Server).patchSandbox},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", serve: (*Server).deleteSandbox},
-	{method: "GET", path: "/v1/sandboxes/by-ip/{ip}", declined: "lookup by IP: every sandbox of this server has the same address on its own network"},
+	{method: "GET", path: "/v1/sandboxes/by-ip/{ip}", serve: (*Server).getSandboxByIP, first: true},
 	{method: "POST", path: "/v1/sandboxes/{id}/pause", serve: (*Server).pauseSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/resume", serve: (*Server).resumeSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/fork", serve: (*Server).forkSandbox},
-	{method: "POST", path: "/v1/sandboxes/{id}/resize", declined: "disk resize: a sandbox's disk keeps the size it was created with"},
+	{method: "POST", path: "/v1/sandboxes/{id}/resize", serve: (*Server).resizeSandbox},
 
 	{method: "POST", path: "/v1/sandboxes/{id}/exec", serve: (*Server).exec},
 	{method: "PUT", path: "/v1/sandboxes/{id}/files", serve: (*Server).putFile},
@@ -100,13 +105,17 @@ var apiRoutes = []apiRoute{
 // handlers; any other request to the declined route it names (400
 // UNSUPPORTED), or 404 "no such endpoint".
 func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+	first, mux := http.NewServeMux(), http.NewServeMux()
 	for _, rt := range apiRoutes {
 		if rt.serve == nil {
 			continue
 		}
 		serve := rt.serve
-		mux.Handle(rt.method+" "+rt.path, s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
+		m := mux
+		if rt.first {
+			m = first
+		}
+		m.Handle(rt.method+" "+rt.path, s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 			return serve(s, w, r)
 		}))
 	}
@@ -116,7 +125,8 @@ func (s *Server) routes() http.Handler {
 		}
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
-	return s.withRecover(s.withIngress(withRequestID(s.withAuth(s.withOpen(mux)))))
+	first.Handle("/", mux)
+	return s.withRecover(s.withIngress(withRequestID(s.withAuth(s.withOpen(first)))))
 }
 
 // declinedRoute finds the declined route that method and path (escaped:

@@ -33,17 +33,18 @@ type Server struct {
 	isolation Isolation
 	// images is the catalog of images (images.go); nil for a server of
 	// process-group isolation.
-	images  *images
-	hostUID int
-	hostGID int
-	ids     *machine.IDSlots // the leases' host id ranges (a root server)
-	lock    *os.File
-	init    *initProgram // what lease inits and supervisors run
-	handler http.Handler
-	history *history
-	limiter *machine.Limiter    // the leases' cgroups; set after the isolation probe
-	diskErr error               // why leases' disks are not bounded (nil: they are)
-	disks   *machine.DiskBudget // Options.DiskBudgetMiB and what the leases' disks hold
+	images    *images
+	hostUID   int
+	hostGID   int
+	ids       *machine.IDSlots // the leases' host id ranges (a root server)
+	lock      *os.File
+	init      *initProgram // what lease inits and supervisors run
+	handler   http.Handler
+	history   *history
+	limiter   *machine.Limiter    // the leases' cgroups; set after the isolation probe
+	diskErr   error               // why leases' disks are not bounded (nil: they are)
+	resizeErr error               // why they cannot grow (nil: they can; api_resize.go)
+	disks     *machine.DiskBudget // Options.DiskBudgetMiB and what the leases' disks hold
 
 	started atomic.Int64
 	// workers counts the goroutines that watch processes.
@@ -146,6 +147,9 @@ func (s *Server) setUpLimits() error {
 		s.diskErr = errors.New("no namespaces")
 	} else if os.Getenv(machine.NoCgroupsEnv) != "" {
 		s.diskErr = errors.New("disabled for a test")
+	}
+	if s.resizeErr = s.diskErr; s.resizeErr == nil {
+		s.resizeErr = machine.ResizeSupport()
 	}
 	s.limiter.Sweep()
 	enforced := s.enforcedLimits()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -346,6 +347,123 @@ func openLoop(n int, nodes string) (int, error) {
 	}
 	defer os.Remove(node)
 	return unix.Open(node, unix.O_RDWR|unix.O_CLOEXEC, 0)
+}
+
+// Growing a disk.
+//
+// A disk grows online, its lease running or paused (a paused lease's
+// processes are frozen; its file system is not): Grow holds the extra size
+// in the budget, extends the image file (through its own descriptor: the
+// image is in <root>/disks, the server's), tells the loop device its
+// backing file grew (LOOP_SET_CAPACITY on the device the mount is on,
+// found by the mount point's st_dev: the disk keeps no descriptor of it,
+// so that the device still clears itself at unmount), and grows the ext4
+// file system in place (EXT4_IOC_RESIZE_FS on the mount point, the lease
+// directory, which the server made and owns: no resize2fs needed). A disk
+// never shrinks.
+
+// ErrNotLarger is Grow's refusal of a size that is not larger than the
+// disk's.
+var ErrNotLarger = errors.New("the new size must be larger than the disk's")
+
+// ext4ResizeFS is EXT4_IOC_RESIZE_FS, _IOW('f', 16, __u64): grow a mounted
+// ext4 to the given number of blocks.
+const ext4ResizeFS = 0x40086610
+
+// loopMajor is the block major of loop devices.
+const loopMajor = 7
+
+// ResizeSupport reports whether this server can grow a mounted disk, or
+// why not: the kernel grows a mounted ext4 only for a process with
+// CAP_SYS_RESOURCE, which some container runtimes drop even for root
+// (resize2fs, which uses the same ioctl, cannot either).
+func ResizeSupport() error {
+	if err := DiskSupport(); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading the server's capabilities: %w", err)
+	}
+	if data[unix.CAP_SYS_RESOURCE/32].Effective&(1<<(unix.CAP_SYS_RESOURCE%32)) == 0 {
+		return errors.New("the server lacks CAP_SYS_RESOURCE, which growing a mounted file system needs")
+	}
+	return nil
+}
+
+// Size is the disk's size in bytes.
+func (d *Disk) Size() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.size
+}
+
+// Grow makes the disk size bytes, if size is larger than it is
+// (ErrNotLarger if not) and the budget holds the difference (a
+// *CapacityError if not; check the host's room first, CheckRoom). On a
+// failure the budget and the disk's size are as they were; the image file
+// may be left longer, which costs the host nothing (it is sparse).
+func (d *Disk) Grow(size int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removed {
+		return errors.New("the disk was removed")
+	}
+	if size <= d.size {
+		return fmt.Errorf("%w (%d MiB)", ErrNotLarger, d.size/mib)
+	}
+	if err := d.budget.take(size - d.size); err != nil {
+		return err
+	}
+	if err := d.grow(size); err != nil {
+		d.budget.give(size - d.size)
+		return err
+	}
+	d.size = size
+	return nil
+}
+
+func (d *Disk) grow(size int64) error {
+	f, err := os.OpenFile(d.image, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("extending the disk image: %w", err)
+	}
+	mount, err := unix.Open(d.mount, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mount)
+	var st unix.Stat_t
+	if err := unix.Fstat(mount, &st); err != nil {
+		return err
+	}
+	if unix.Major(st.Dev) != loopMajor {
+		return fmt.Errorf("the lease's disk is not on a loop device (device %d:%d)", unix.Major(st.Dev), unix.Minor(st.Dev))
+	}
+	loop, err := openLoop(int(unix.Minor(st.Dev)), filepath.Dir(d.image))
+	if err != nil {
+		return err
+	}
+	err = unix.IoctlSetInt(loop, unix.LOOP_SET_CAPACITY, 0)
+	unix.Close(loop)
+	if err != nil {
+		return fmt.Errorf("telling the loop device its size: %w", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(mount, &fs); err != nil {
+		return err
+	}
+	blocks := uint64(size) / uint64(fs.Bsize)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mount), ext4ResizeFS, uintptr(unsafe.Pointer(&blocks))); errno != 0 {
+		return fmt.Errorf("growing the lease's file system: %w", errno)
+	}
+	return nil
 }
 
 // Remove unmounts the disk (the loop device clears itself), deletes its

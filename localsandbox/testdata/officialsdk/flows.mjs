@@ -22,6 +22,7 @@ const apiKey = process.env.SDK_API_KEY;
 const canIngress = process.env.SDK_CAN_INGRESS === "1";
 const canFork = process.env.SDK_CAN_FORK === "1";
 const egressEnforced = process.env.SDK_EGRESS_ENFORCED === "1";
+const canResize = process.env.SDK_CAN_RESIZE === "1";
 
 const client = new CreateosSandboxClient({ baseUrl, apiKey });
 const secret = "s3cret-" + Math.random().toString(36).slice(2);
@@ -217,13 +218,39 @@ await check("sshKeys", async () => {
   eq(sb.data.ssh_pubkeys, [key], "the view's keys");
 });
 
+// A sandbox's ip is its own address (namespace isolation), and by-ip finds
+// it; under process-group isolation all share 127.0.0.1, which names none.
+await check("getSandboxByIP", async () => {
+  const ip = needSandbox().data.ip;
+  if (canFork) {
+    const got = await client.getSandboxByIP(ip);
+    eq([got.id, got.data.ip], [sb.id, ip], "the sandbox of its ip");
+  } else {
+    await rejects(() => client.getSandboxByIP(ip), CreateosSandboxApiError, [409], "by-ip of the shared 127.0.0.1");
+  }
+  await rejects(() => client.getSandboxByIP("127.100.255.77"), CreateosSandboxNotFoundError, [404], "an address no sandbox has");
+});
+
+// The disk grows online where the server can grow it; elsewhere resize is
+// a validation error naming why.
+await check("resize", async () => {
+  const before = needSandbox().data.disk_mib;
+  await rejects(() => sb.resize(before), CreateosSandboxValidationError, [400], "a size not larger");
+  if (canResize) {
+    eq(await sb.resize(before + 64), { id: sb.id, disk_mib: before + 64 }, "resize");
+    await sb.refresh();
+    eq(sb.data.disk_mib, before + 64, "disk_mib after the resize");
+  } else {
+    const err = await rejects(() => sb.resize(before + 64), CreateosSandboxValidationError, [400], "resize where disks cannot grow");
+    eq(err.code, "UNSUPPORTED", "the refusal's code");
+  }
+});
+
 // Routes the server lacks are a validation error naming the feature, never
 // "not found" (which would say the sandbox is gone).
 await check("declinedRoutes", async () => {
   for (const [what, fn] of [
     ["listHosts", () => client.listHosts()],
-    ["getSandboxByIP", () => client.getSandboxByIP("10.0.2.100")],
-    ["resize", () => needSandbox().resize(8192)],
     ["networks.list", () => client.networks.list()],
     ["disks.list", () => client.disks.list()],
     ["attachNetwork", () => sb.attachNetwork("net-1")],
