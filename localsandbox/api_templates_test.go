@@ -415,3 +415,81 @@ func TestTemplateBuildLogIsBounded(t *testing.T) {
 		t.Errorf("kept %d bytes of 6000000 output (cap %d); cut line: %v", kept, maxTemplateOutputBytes, hasLine(lines, "not kept"))
 	}
 }
+
+// A template made from a live sandbox [ext] keeps what the sandbox wrote
+// over its image and in /workspace; a new lease from it sees both, the
+// source keeps running, and what it writes after is not the template's.
+// Links the sandbox planted to host files are copied as links: neither
+// the copy nor the re-owning follows them, and the new lease reads nothing
+// of the host through them.
+func TestTemplateFromASandbox(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Owned by the root of the first id range, which the source takes: a
+	// shift that followed a link would give it to host root.
+	base := ts.srv.opts.HostIDBase
+	for _, p := range []string{hostDir, secret} {
+		if err := os.Lchown(p, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, code := ts.createOn("devbox:1")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	if r := ts.exec(src, "echo x > /opt/x && echo y > /workspace/y && ln -s "+secret+" /opt/link && ln -s "+secret+" /workspace/link && echo tmp > /tmp/t"); r.ExitCode != 0 {
+		t.Fatalf("writing: %+v", r)
+	}
+	var bad map[string]any
+	if code := ts.call("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": src, "dockerfile": "FROM devbox:1\n"}, &bad); code != http.StatusBadRequest {
+		t.Errorf("from_sandbox with a dockerfile: %d", code)
+	}
+	if code := ts.call("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": "sb-nope"}, &bad); code != http.StatusNotFound {
+		t.Errorf("from_sandbox of no sandbox: %d", code)
+	}
+	var srcView sandboxData
+	ts.mustCall("GET", "/sandboxes/"+src, nil, &srcView)
+	var v struct {
+		templateData
+		FromSandbox string `json:"from_sandbox"`
+	}
+	ts.mustCall("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": src}, &v)
+	if v.Status != templateReady || v.FromSandbox != src || v.Base != srcView.Rootfs || v.ID == "" {
+		t.Fatalf("the snapshot: %+v", v)
+	}
+	var sb sandboxData
+	ts.mustCall("GET", "/sandboxes/"+src, nil, &sb)
+	if sb.Status != stateRunning {
+		t.Errorf("the source after the snapshot is %s, want running", sb.Status)
+	}
+	if r := ts.exec(src, "echo later > /opt/later && echo later > /workspace/later && cat /opt/x /workspace/y"); r.ExitCode != 0 || r.Stdout != "x\ny\n" {
+		t.Errorf("the source after the snapshot: %+v", r)
+	}
+	l, code := ts.createOn("snap")
+	if code != http.StatusOK {
+		t.Fatalf("create on the snapshot: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/x /workspace/y; ls /opt/later /workspace/later /tmp/t 2>&1; cat /opt/link /workspace/link 2>&1; readlink /opt/link /workspace/link"); r.Stdout == "" ||
+		!strings.HasPrefix(r.Stdout, "x\ny\n") || strings.Contains(r.Stdout, "host secret") ||
+		strings.Count(r.Stdout, "No such file") < 3 || strings.Count(r.Stdout, secret) < 2 {
+		t.Errorf("a lease on the snapshot: %+v", r)
+	}
+	if r := ts.exec(l, "stat -c %u:%g /workspace/y /opt/x"); r.Stdout != "0:0\n0:0\n" {
+		t.Errorf("owners in a lease on the snapshot: %+v", r)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
+	ts.mustCall("DELETE", "/sandboxes/"+src, nil, nil)
+	ts.mustCall("DELETE", "/templates/"+v.ID, nil, nil)
+	var st unix.Stat_t
+	if err := unix.Lstat(secret, &st); err != nil {
+		t.Fatalf("the host file is gone: %v", err)
+	}
+	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
+		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
+	}
+}
