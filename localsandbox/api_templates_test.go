@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -492,4 +494,37 @@ func TestTemplateFromASandbox(t *testing.T) {
 	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
 		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
 	}
+}
+
+// The project's client keeps a lease as a template idempotently by name: a
+// repeat (a retry whose answer was lost) gets the same template; the name
+// taken by another lease's snapshot is invalid input, and a lease that is
+// gone is a *sandbox.LeaseGoneError.
+func TestClientSnapshotLeaseIsIdempotentByName(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	c := newClient(t, ts)
+	ctx := context.Background()
+	a, code := ts.createOn("devbox:1")
+	b, code2 := ts.createOn("devbox:1")
+	if code != http.StatusOK || code2 != http.StatusOK {
+		t.Fatalf("create: %d %d", code, code2)
+	}
+	first, err := c.SnapshotLease(ctx, a, "kept")
+	if err != nil || first.Name != "kept" || !strings.HasPrefix(first.ID, "tpl-") {
+		t.Fatalf("snapshot: %+v, %v", first, err)
+	}
+	if again, err := c.SnapshotLease(ctx, a, "kept"); err != nil || again != first {
+		t.Errorf("a repeat: %+v, %v; want %+v", again, err, first)
+	}
+	var invalid *sandbox.InvalidInputError
+	if _, err := c.SnapshotLease(ctx, b, "kept"); !errors.As(err, &invalid) || invalid.Field != "name" {
+		t.Errorf("the name of another lease's snapshot: %v", err)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+b, nil, nil)
+	var gone *sandbox.LeaseGoneError
+	if _, err := c.SnapshotLease(ctx, b, "other"); !errors.As(err, &gone) {
+		t.Errorf("a gone lease: %v", err)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+a, nil, nil)
 }
