@@ -172,8 +172,10 @@ func (s *Server) loadTemplates() (*templateStore, error) {
 		if t.meta.Status == templatePending || t.meta.Status == templateBuilding {
 			t.logf("error", "the build was interrupted by a restart of the server")
 			t.meta.Status = templateFailed
-			if err := hostfs.RemoveAll(filepath.Join(dir, layerDir)); err != nil {
-				return nil, err
+			for _, kept := range []string{layerDir, workspaceDir} {
+				if err := hostfs.RemoveAll(filepath.Join(dir, kept)); err != nil {
+					return nil, err
+				}
 			}
 			if err := t.save(); err != nil {
 				return nil, err
@@ -774,7 +776,9 @@ func (l *lease) holdForSnapshot() (release func(), err error) {
 		return nil, conflict("only a running or paused sandbox can be kept as a template; the sandbox is " + state)
 	}
 	if err := l.beginFork(); err != nil {
-		return nil, err
+		// The freeze failed, or the sandbox was resumed or destroyed
+		// meanwhile.
+		return nil, conflict("the sandbox could not be held frozen for the snapshot; it is " + l.status())
 	}
 	return func() {
 		l.endFork()
