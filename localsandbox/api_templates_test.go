@@ -528,3 +528,37 @@ func TestClientSnapshotLeaseIsIdempotentByName(t *testing.T) {
 	}
 	ts.mustCall("DELETE", "/sandboxes/"+a, nil, nil)
 }
+
+// A snapshot of a sandbox on a snapshot is built on it: a lease on the
+// second sees the files of both, /workspace as the second sandbox left it;
+// the first cannot be deleted while the second is built on it.
+func TestTemplateFromASandboxOnATemplate(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	src, code := ts.createOn("devbox:1")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	ts.exec(src, "echo x > /opt/x && echo y > /workspace/y")
+	var first, second templateData
+	ts.mustCall("POST", "/templates", map[string]any{"name": "first", "from_sandbox": src}, &first)
+	on, code := ts.createOn("first")
+	if code != http.StatusOK {
+		t.Fatalf("create on the first: %d", code)
+	}
+	ts.exec(on, "echo z > /opt/z && echo z > /workspace/z && rm /workspace/y")
+	ts.mustCall("POST", "/templates", map[string]any{"name": "second", "from_sandbox": on}, &second)
+	if second.Base != first.ID || second.Status != templateReady {
+		t.Errorf("the second snapshot: %+v", second)
+	}
+	l, code := ts.createOn("second")
+	if code != http.StatusOK {
+		t.Fatalf("create on the second: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/x /opt/z; ls /workspace"); r.Stdout != "x\nz\nz\n" {
+		t.Errorf("a lease on the second snapshot: %+v", r)
+	}
+	if code := ts.call("DELETE", "/templates/"+first.ID, nil, nil); code != http.StatusConflict {
+		t.Errorf("deleting the first while the second is built on it: %d", code)
+	}
+}

@@ -723,9 +723,6 @@ func (s *Server) snapshotLease(name, id string) (*tmpl, error) {
 	st := s.images.templates
 	image, chain := l.rootfs, []string(nil)
 	if meta, ok := st.ready(l.rootfs); ok {
-		if _, live := st.lookup(meta.ID); !live {
-			return nil, conflict("the sandbox's template was deleted; a snapshot of it cannot be kept")
-		}
 		if len(meta.Chain) >= maxTemplateDepth {
 			return nil, conflict(fmt.Sprintf("a template is at most %d templates deep", maxTemplateDepth))
 		}
@@ -742,22 +739,39 @@ func (s *Server) snapshotLease(name, id string) (*tmpl, error) {
 	if err != nil {
 		return nil, err
 	}
-	size, err := machine.CopyRootLayer(l.dir, filepath.Join(t.dir, layerDir), l.owner(), s.imageOwner())
-	if err == nil {
-		err = machine.CopyWorkspace(l.dir, filepath.Join(t.dir, workspaceDir), l.owner(), s.imageOwner())
-	}
+	// Its chain is set at once: from now on, the template it is made on
+	// cannot be deleted (deleteTemplate); if it was meanwhile, the
+	// snapshot is not made.
 	t.mu.Lock()
-	t.meta.SizeBytes, t.meta.FromSandbox, t.meta.BuiltAt = size, l.id, time.Now().UTC()
-	t.meta.Image, t.meta.Chain = image, append(slices.Clone(chain), t.meta.ID)
+	t.meta.Image, t.meta.Chain, t.meta.FromSandbox = image, append(slices.Clone(chain), t.meta.ID), l.id
 	t.mu.Unlock()
+	st.mu.Lock()
+	_, baseLive := st.byID[l.rootfs]
+	st.mu.Unlock()
+	var size int64
+	switch {
+	case chain != nil && !baseLive:
+		err = conflict("the sandbox's template was deleted; a snapshot of it cannot be kept")
+	default:
+		size, err = machine.CopyRootLayer(l.dir, filepath.Join(t.dir, layerDir), l.owner(), s.imageOwner())
+		if err == nil {
+			err = machine.CopyWorkspace(l.dir, filepath.Join(t.dir, workspaceDir), l.owner(), s.imageOwner())
+		}
+		if err != nil {
+			err = fmt.Errorf("snapshot of sandbox %s: %w", l.id, err)
+		}
+	}
 	if err != nil {
 		// Nothing of it is kept: the name is free again.
 		st.mu.Lock()
 		delete(st.byID, t.meta.ID)
 		st.mu.Unlock()
 		hostfs.RemoveAll(t.dir)
-		return nil, fmt.Errorf("snapshot of sandbox %s: %w", l.id, err)
+		return nil, err
 	}
+	t.mu.Lock()
+	t.meta.SizeBytes, t.meta.BuiltAt = size, time.Now().UTC()
+	t.mu.Unlock()
 	t.logf("info", "snapshot of sandbox %s", l.id)
 	if err := t.setStatus(templateReady); err != nil {
 		return nil, err
