@@ -91,6 +91,7 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.SetEgress, activity.RegisterOptions{Name: NameSetEgress})
 	r.RegisterActivityWithOptions(a.ListOwnedLeases, activity.RegisterOptions{Name: NameListOwnedLeases})
 	r.RegisterActivityWithOptions(a.EnsureTemplate, activity.RegisterOptions{Name: NameEnsureTemplate})
+	r.RegisterActivityWithOptions(a.SnapshotLease, activity.RegisterOptions{Name: NameSnapshotLease})
 }
 
 // heartbeatInterval is how often an activity with the given heartbeat

@@ -54,3 +54,40 @@ func (a *Activities) EnsureTemplate(ctx context.Context, spec sandbox.TemplateSp
 	}
 	return template, nil
 }
+
+// NameSnapshotLease is the activity that keeps a session's lease as a
+// template (the session's snapshot Update).
+const NameSnapshotLease = "sandboxflow.SnapshotLease"
+
+// SnapshotLeaseInput asks for a template of a live lease.
+type SnapshotLeaseInput struct {
+	LeaseID string `json:"leaseId"`
+	// Name is the template's name; the same name for the same lease
+	// returns the template made before (a retry whose answer was lost).
+	Name string `json:"name"`
+}
+
+// SnapshotLease keeps the lease as the ready template in.Name
+// (sandbox.LeaseSnapshotter); the lease is left running or paused as it
+// was. A provider that keeps no leases as templates is a non-retryable
+// SandboxInvalidInput, a lease that is gone a SandboxLeaseGone.
+func (a *Activities) SnapshotLease(ctx context.Context, in SnapshotLeaseInput) (sandbox.Template, error) {
+	snapshotter, ok := a.Provider.(sandbox.LeaseSnapshotter)
+	if !ok {
+		return sandbox.Template{}, classify(&sandbox.InvalidInputError{Field: "snapshot",
+			Reason: "this worker's sandbox provider keeps no leases as templates"})
+	}
+	if err := sandbox.CheckID("leaseId", in.LeaseID); err != nil {
+		return sandbox.Template{}, classify(err)
+	}
+	if err := sandbox.CheckTemplateName("name", in.Name); err != nil {
+		return sandbox.Template{}, classify(err)
+	}
+	stop := a.keepHeartbeating(ctx, nil)
+	defer stop()
+	template, err := snapshotter.SnapshotLease(ctx, in.LeaseID, in.Name)
+	if err != nil {
+		return sandbox.Template{}, fail(ctx, err)
+	}
+	return template, nil
+}

@@ -104,3 +104,49 @@ func TestEnsureTemplateNeedsATemplateBuilder(t *testing.T) {
 	_, err := env.ExecuteActivity(NameEnsureTemplate, templateSpec)
 	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
 }
+
+// snapshotProvider is the mock Provider with a scripted LeaseSnapshotter.
+type snapshotProvider struct {
+	*sandboxmock.MockProvider
+	snapshot func(leaseID, name string) (sandbox.Template, error)
+}
+
+func (p snapshotProvider) SnapshotLease(_ context.Context, leaseID, name string) (sandbox.Template, error) {
+	return p.snapshot(leaseID, name)
+}
+
+// SnapshotLease returns the provider's template; a lease found gone is a
+// non-retryable SandboxLeaseGone; a bad name is refused before the
+// provider is asked; a provider that keeps no leases as templates is
+// invalid input.
+func TestSnapshotLease(t *testing.T) {
+	calls := 0
+	provider := snapshotProvider{MockProvider: sandboxmock.NewMockProvider(gomock.NewController(t)),
+		snapshot: func(leaseID, name string) (sandbox.Template, error) {
+			calls++
+			if leaseID == "sbx-gone" {
+				return sandbox.Template{}, &sandbox.LeaseGoneError{LeaseID: leaseID}
+			}
+			return sandbox.Template{ID: "tpl-1", Name: name}, nil
+		}}
+	env, _ := newTemplateEnv(t, provider, nil)
+	val, err := env.ExecuteActivity(NameSnapshotLease, SnapshotLeaseInput{LeaseID: "sbx-1", Name: "kept"})
+	require.NoError(t, err)
+	var got sandbox.Template
+	require.NoError(t, val.Get(&got))
+	assert.Equal(t, sandbox.Template{ID: "tpl-1", Name: "kept"}, got)
+
+	_, err = env.ExecuteActivity(NameSnapshotLease, SnapshotLeaseInput{LeaseID: "sbx-gone", Name: "kept"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, sandbox.TypeLeaseGone, appErr.Type())
+	assert.True(t, appErr.NonRetryable())
+
+	_, err = env.ExecuteActivity(NameSnapshotLease, SnapshotLeaseInput{LeaseID: "sbx-1", Name: "tpl-x"})
+	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
+	assert.Equal(t, 2, calls, "a bad name never reaches the provider")
+
+	env, _ = newTemplateEnv(t, sandboxmock.NewMockProvider(gomock.NewController(t)), nil)
+	_, err = env.ExecuteActivity(NameSnapshotLease, SnapshotLeaseInput{LeaseID: "sbx-1", Name: "kept"})
+	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
+}

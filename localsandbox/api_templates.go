@@ -12,6 +12,7 @@ import (
 // keeps them).
 //
 //	POST   /v1/templates                 {"name", "dockerfile", "base"?} → TemplateView, pending
+//	POST   /v1/templates                 {"name", "from_sandbox"} [ext] → TemplateView, ready (templates.go, Snapshots)
 //	GET    /v1/templates                 paginated
 //	GET    /v1/templates/{id}[?include=dockerfile]   by id or name
 //	DELETE /v1/templates/{id}            {"ok": true}
@@ -33,11 +34,13 @@ type templateView struct {
 	CreatedAt  time.Time `json:"created_at"`
 	BuiltAt    time.Time `json:"built_at,omitzero"`
 	Dockerfile string    `json:"dockerfile,omitempty"`
+	// FromSandbox is the sandbox a snapshot copied [ext].
+	FromSandbox string `json:"from_sandbox,omitempty"`
 }
 
 func (t *tmpl) view(dockerfile bool) templateView {
 	m := t.state()
-	v := templateView{ID: m.ID, Name: m.Name, Base: m.Base, Status: m.Status, Size: m.SizeBytes, CreatedAt: m.CreatedAt, BuiltAt: m.BuiltAt}
+	v := templateView{ID: m.ID, Name: m.Name, Base: m.Base, Status: m.Status, Size: m.SizeBytes, CreatedAt: m.CreatedAt, BuiltAt: m.BuiltAt, FromSandbox: m.FromSandbox}
 	if dockerfile {
 		v.Dockerfile = t.dockerfile
 	}
@@ -55,6 +58,8 @@ type createTemplateRequest struct {
 	Name       string `json:"name"`
 	Dockerfile string `json:"dockerfile"`
 	Base       string `json:"base,omitempty"`
+	// FromSandbox makes the template of a live sandbox [ext].
+	FromSandbox string `json:"from_sandbox,omitempty"`
 }
 
 // templates returns the store, or the 400 of a server without images.
@@ -79,7 +84,9 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("name must be 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', starting with a letter or digit")
 	case req.Name == hostImage || strings.HasPrefix(req.Name, "tpl-"):
 		return badRequest("name %q is reserved", req.Name)
-	case strings.TrimSpace(req.Dockerfile) == "":
+	case req.FromSandbox != "" && (req.Dockerfile != "" || req.Base != ""):
+		return badRequest("from_sandbox makes a template of a sandbox: dockerfile and base must be left out")
+	case req.FromSandbox == "" && strings.TrimSpace(req.Dockerfile) == "":
 		return badRequest("dockerfile is required")
 	case len(req.Dockerfile) > maxDockerfileBytes:
 		return badRequest("dockerfile must be at most %d bytes", maxDockerfileBytes)
@@ -92,6 +99,13 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	s.reapTemplates()
+	if req.FromSandbox != "" {
+		t, err := s.snapshotLease(req.Name, req.FromSandbox)
+		if err != nil {
+			return err
+		}
+		return writeData(w, t.view(false))
+	}
 	t, err := s.newTemplate(req.Name, req.Base, req.Dockerfile)
 	if err != nil {
 		return err

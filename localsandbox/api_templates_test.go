@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -413,5 +415,150 @@ func TestTemplateBuildLogIsBounded(t *testing.T) {
 	}
 	if kept > maxTemplateOutputBytes || kept < maxTemplateOutputBytes-1000 || !hasLine(lines, "the rest of the build's output is not kept") || slices.Contains(lines, "last-line") {
 		t.Errorf("kept %d bytes of 6000000 output (cap %d); cut line: %v", kept, maxTemplateOutputBytes, hasLine(lines, "not kept"))
+	}
+}
+
+// A template made from a live sandbox [ext] keeps what the sandbox wrote
+// over its image and in /workspace; a new lease from it sees both, the
+// source keeps running, and what it writes after is not the template's.
+// Links the sandbox planted to host files are copied as links: neither
+// the copy nor the re-owning follows them, and the new lease reads nothing
+// of the host through them.
+func TestTemplateFromASandbox(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Owned by the root of the first id range, which the source takes: a
+	// shift that followed a link would give it to host root.
+	base := ts.srv.opts.HostIDBase
+	for _, p := range []string{hostDir, secret} {
+		if err := os.Lchown(p, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, code := ts.createOn("devbox:1")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	if r := ts.exec(src, "echo x > /opt/x && echo y > /workspace/y && ln -s "+secret+" /opt/link && ln -s "+secret+" /workspace/link && echo tmp > /tmp/t"); r.ExitCode != 0 {
+		t.Fatalf("writing: %+v", r)
+	}
+	var bad map[string]any
+	if code := ts.call("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": src, "dockerfile": "FROM devbox:1\n"}, &bad); code != http.StatusBadRequest {
+		t.Errorf("from_sandbox with a dockerfile: %d", code)
+	}
+	if code := ts.call("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": "sb-nope"}, &bad); code != http.StatusNotFound {
+		t.Errorf("from_sandbox of no sandbox: %d", code)
+	}
+	var srcView sandboxData
+	ts.mustCall("GET", "/sandboxes/"+src, nil, &srcView)
+	var v struct {
+		templateData
+		FromSandbox string `json:"from_sandbox"`
+	}
+	ts.mustCall("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": src}, &v)
+	if v.Status != templateReady || v.FromSandbox != src || v.Base != srcView.Rootfs || v.ID == "" {
+		t.Fatalf("the snapshot: %+v", v)
+	}
+	var sb sandboxData
+	ts.mustCall("GET", "/sandboxes/"+src, nil, &sb)
+	if sb.Status != stateRunning {
+		t.Errorf("the source after the snapshot is %s, want running", sb.Status)
+	}
+	if r := ts.exec(src, "echo later > /opt/later && echo later > /workspace/later && cat /opt/x /workspace/y"); r.ExitCode != 0 || r.Stdout != "x\ny\n" {
+		t.Errorf("the source after the snapshot: %+v", r)
+	}
+	l, code := ts.createOn("snap")
+	if code != http.StatusOK {
+		t.Fatalf("create on the snapshot: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/x /workspace/y; ls /opt/later /workspace/later /tmp/t 2>&1; cat /opt/link /workspace/link 2>&1; readlink /opt/link /workspace/link"); r.Stdout == "" ||
+		!strings.HasPrefix(r.Stdout, "x\ny\n") || strings.Contains(r.Stdout, "host secret") ||
+		strings.Count(r.Stdout, "No such file") < 3 || strings.Count(r.Stdout, secret) < 2 {
+		t.Errorf("a lease on the snapshot: %+v", r)
+	}
+	if r := ts.exec(l, "stat -c %u:%g /workspace/y /opt/x"); r.Stdout != "0:0\n0:0\n" {
+		t.Errorf("owners in a lease on the snapshot: %+v", r)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
+	ts.mustCall("DELETE", "/sandboxes/"+src, nil, nil)
+	ts.mustCall("DELETE", "/templates/"+v.ID, nil, nil)
+	var st unix.Stat_t
+	if err := unix.Lstat(secret, &st); err != nil {
+		t.Fatalf("the host file is gone: %v", err)
+	}
+	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
+		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
+	}
+}
+
+// The project's client keeps a lease as a template idempotently by name: a
+// repeat (a retry whose answer was lost) gets the same template; the name
+// taken by another lease's snapshot is invalid input, and a lease that is
+// gone is a *sandbox.LeaseGoneError.
+func TestClientSnapshotLeaseIsIdempotentByName(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	c := newClient(t, ts)
+	ctx := context.Background()
+	a, code := ts.createOn("devbox:1")
+	b, code2 := ts.createOn("devbox:1")
+	if code != http.StatusOK || code2 != http.StatusOK {
+		t.Fatalf("create: %d %d", code, code2)
+	}
+	first, err := c.SnapshotLease(ctx, a, "kept")
+	if err != nil || first.Name != "kept" || !strings.HasPrefix(first.ID, "tpl-") {
+		t.Fatalf("snapshot: %+v, %v", first, err)
+	}
+	if again, err := c.SnapshotLease(ctx, a, "kept"); err != nil || again != first {
+		t.Errorf("a repeat: %+v, %v; want %+v", again, err, first)
+	}
+	var invalid *sandbox.InvalidInputError
+	if _, err := c.SnapshotLease(ctx, b, "kept"); !errors.As(err, &invalid) || invalid.Field != "name" {
+		t.Errorf("the name of another lease's snapshot: %v", err)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+b, nil, nil)
+	var gone *sandbox.LeaseGoneError
+	if _, err := c.SnapshotLease(ctx, b, "other"); !errors.As(err, &gone) {
+		t.Errorf("a gone lease: %v", err)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+a, nil, nil)
+}
+
+// A snapshot of a sandbox on a snapshot is built on it: a lease on the
+// second sees the files of both, /workspace as the second sandbox left it;
+// the first cannot be deleted while the second is built on it.
+func TestTemplateFromASandboxOnATemplate(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	src, code := ts.createOn("devbox:1")
+	if code != http.StatusOK {
+		t.Fatalf("create: %d", code)
+	}
+	ts.exec(src, "echo x > /opt/x && echo y > /workspace/y")
+	var first, second templateData
+	ts.mustCall("POST", "/templates", map[string]any{"name": "first", "from_sandbox": src}, &first)
+	on, code := ts.createOn("first")
+	if code != http.StatusOK {
+		t.Fatalf("create on the first: %d", code)
+	}
+	ts.exec(on, "echo z > /opt/z && echo z > /workspace/z && rm /workspace/y")
+	ts.mustCall("POST", "/templates", map[string]any{"name": "second", "from_sandbox": on}, &second)
+	if second.Base != first.ID || second.Status != templateReady {
+		t.Errorf("the second snapshot: %+v", second)
+	}
+	l, code := ts.createOn("second")
+	if code != http.StatusOK {
+		t.Fatalf("create on the second: %d", code)
+	}
+	if r := ts.exec(l, "cat /opt/x /opt/z; ls /workspace"); r.Stdout != "x\nz\nz\n" {
+		t.Errorf("a lease on the second snapshot: %+v", r)
+	}
+	if code := ts.call("DELETE", "/templates/"+first.ID, nil, nil); code != http.StatusConflict {
+		t.Errorf("deleting the first while the second is built on it: %d", code)
 	}
 }

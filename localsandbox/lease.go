@@ -123,6 +123,10 @@ func (s *Server) newLease(id string, spec leaseSpec) (*lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.seedWorkspace(l); err != nil { // a snapshot's (templates.go)
+		l.removeDirs()
+		return nil, err
+	}
 	if err := s.startLease(l); err != nil {
 		return nil, err
 	}

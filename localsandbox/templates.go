@@ -57,6 +57,7 @@ const (
 const (
 	templatesDir = "templates"  // in Options.Root
 	layerDir     = "layer"      // a template's build layer, in its directory
+	workspaceDir = "workspace"  // a snapshot's /workspace, in its directory
 	logFile      = "log.ndjson" // its build's log, the events of the follow stream
 	deletedDir   = ".deleted-"  // prefix of a deleted template's directory
 	// templateBuildTimeout bounds one build.
@@ -106,6 +107,9 @@ type templateMeta struct {
 	// the template's own last (ready templates only).
 	Image string   `json:"image,omitempty"`
 	Chain []string `json:"chain,omitempty"`
+	// FromSandbox is the sandbox a snapshot copied ([ext]); such a
+	// template keeps that sandbox's /workspace too (workspaceDir).
+	FromSandbox string `json:"from_sandbox,omitempty"`
 }
 
 // logEvent is a line of a build's log, as the follow stream sends it.
@@ -168,8 +172,10 @@ func (s *Server) loadTemplates() (*templateStore, error) {
 		if t.meta.Status == templatePending || t.meta.Status == templateBuilding {
 			t.logf("error", "the build was interrupted by a restart of the server")
 			t.meta.Status = templateFailed
-			if err := hostfs.RemoveAll(filepath.Join(dir, layerDir)); err != nil {
-				return nil, err
+			for _, kept := range []string{layerDir, workspaceDir} {
+				if err := hostfs.RemoveAll(filepath.Join(dir, kept)); err != nil {
+					return nil, err
+				}
 			}
 			if err := t.save(); err != nil {
 				return nil, err
@@ -687,4 +693,149 @@ func (s *Server) runStep(ctx context.Context, t *tmpl, l *lease, step template.S
 			}
 		}
 	}
+}
+
+// Snapshots [ext]: a template made from a live sandbox (POST /v1/templates
+// {"name", "from_sandbox"}). The sandbox is frozen, held as a fork's
+// source is (it cannot resume nor be destroyed meanwhile), its root's
+// upper layer copied as a build's is (machine.CopyRootLayer) and its
+// /workspace beside it (machine.CopyWorkspace): a session's work lives in
+// /workspace, a mount of its own outside the upper layer, and a template
+// of it without its work would be of little use. /tmp is not kept, as a
+// machine's image keeps no tmpfs. The sandbox is then thawed if it was
+// running; what it writes later is not the template's. The template's base
+// is the sandbox's rootfs, its layers that rootfs's and its own; it is
+// ready when the answer comes. A lease created from it (or from a
+// template built on it) starts with a copy of the kept /workspace
+// (seedWorkspace).
+
+// snapshotLease makes the ready template name from the sandbox id.
+func (s *Server) snapshotLease(name, id string) (*tmpl, error) {
+	s.mu.Lock()
+	l := s.leases[id]
+	s.mu.Unlock()
+	if l == nil {
+		return nil, notFound("sandbox")
+	}
+	if l.isolation != IsolationNamespaces {
+		return nil, conflict("a snapshot needs namespace isolation")
+	}
+	st := s.images.templates
+	image, chain := l.rootfs, []string(nil)
+	if meta, ok := st.ready(l.rootfs); ok {
+		if len(meta.Chain) >= maxTemplateDepth {
+			return nil, conflict(fmt.Sprintf("a template is at most %d templates deep", maxTemplateDepth))
+		}
+		image, chain = meta.Image, meta.Chain
+	} else if l.rootfs == hostImage || l.rootfs == "" {
+		return nil, conflict("the sandbox runs on the host image: a template is made of an image or another template")
+	}
+	release, err := l.holdForSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	t, err := s.newTemplate(name, l.rootfs, "")
+	if err != nil {
+		return nil, err
+	}
+	// Its chain is set at once: from now on, the template it is made on
+	// cannot be deleted (deleteTemplate); if it was meanwhile, the
+	// snapshot is not made.
+	t.mu.Lock()
+	t.meta.Image, t.meta.Chain, t.meta.FromSandbox = image, append(slices.Clone(chain), t.meta.ID), l.id
+	t.mu.Unlock()
+	st.mu.Lock()
+	_, baseLive := st.byID[l.rootfs]
+	st.mu.Unlock()
+	var size int64
+	switch {
+	case chain != nil && !baseLive:
+		err = conflict("the sandbox's template was deleted; a snapshot of it cannot be kept")
+	default:
+		size, err = machine.CopyRootLayer(l.dir, filepath.Join(t.dir, layerDir), l.owner(), s.imageOwner())
+		if err == nil {
+			err = machine.CopyWorkspace(l.dir, filepath.Join(t.dir, workspaceDir), l.owner(), s.imageOwner())
+		}
+		if err != nil {
+			err = fmt.Errorf("snapshot of sandbox %s: %w", l.id, err)
+		}
+	}
+	if err != nil {
+		// Nothing of it is kept: the name is free again.
+		st.mu.Lock()
+		delete(st.byID, t.meta.ID)
+		st.mu.Unlock()
+		hostfs.RemoveAll(t.dir)
+		return nil, err
+	}
+	t.mu.Lock()
+	t.meta.SizeBytes, t.meta.BuiltAt = size, time.Now().UTC()
+	t.mu.Unlock()
+	t.logf("info", "snapshot of sandbox %s", l.id)
+	if err := t.setStatus(templateReady); err != nil {
+		return nil, err
+	}
+	s.log.Info("template made from a sandbox", "template", t.meta.ID, "name", name, "sandbox", l.id)
+	return t, nil
+}
+
+// holdForSnapshot freezes l if it runs and holds it as a fork's source
+// (beginFork); release lets it go, thawing it if it was running.
+func (l *lease) holdForSnapshot() (release func(), err error) {
+	state, froze := l.transition([]string{stateRunning}, statePausing)
+	if froze {
+		l.pause()
+	} else if state != statePaused {
+		return nil, conflict("only a running or paused sandbox can be kept as a template; the sandbox is " + state)
+	}
+	if err := l.beginFork(); err != nil {
+		// The freeze failed, or the sandbox was resumed or destroyed
+		// meanwhile.
+		return nil, conflict("the sandbox could not be held frozen for the snapshot; it is " + l.status())
+	}
+	return func() {
+		l.endFork()
+		if !froze {
+			return
+		}
+		if _, ok := l.transition([]string{statePaused}, stateResuming); ok {
+			l.resume()
+		}
+	}, nil
+}
+
+// seedWorkspace gives the new lease l the /workspace its template (or the
+// nearest template below it) kept from a snapshot, before l runs.
+func (s *Server) seedWorkspace(l *lease) error {
+	if s.images == nil || l.isolation != IsolationNamespaces {
+		return nil
+	}
+	ws, ok := s.images.templates.workspace(l.rootfs)
+	if !ok {
+		return nil
+	}
+	return machine.SeedWorkspace(ws, l.dir, s.imageOwner(), l.owner())
+}
+
+// workspace is the host directory of the /workspace kept by the ready
+// template id or the nearest template of its chain that keeps one.
+func (st *templateStore) workspace(id string) (string, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	meta, ok := st.readyLocked(id)
+	if !ok {
+		return "", false
+	}
+	for _, cid := range slices.Backward(meta.Chain) {
+		dir := filepath.Join(st.dir, cid)
+		if _, live := st.byID[cid]; !live {
+			dir = filepath.Join(st.dir, deletedDir+cid)
+		}
+		dir = filepath.Join(dir, workspaceDir)
+		if _, err := os.Lstat(dir); err == nil {
+			return dir, true
+		}
+	}
+	return "", false
 }

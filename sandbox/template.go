@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
+	"strings"
 )
 
 // MaxDockerfileBytes bounds a Dockerfile: the sandbox server's own bound
@@ -79,3 +81,30 @@ func (e *TemplateBuildError) Error() string {
 	}
 	return msg
 }
+
+// LeaseSnapshotter is the optional part of a Provider that keeps a live
+// lease as a template: later leases whose Rootfs names it start from its
+// files. Separate from Provider and TemplateBuilder so that a provider
+// without it (the hosted service, the generated mock) stays one.
+type LeaseSnapshotter interface {
+	// SnapshotLease keeps the lease leaseID (running or paused; it is
+	// frozen for the copy and left as it was) as the ready template
+	// name. Idempotent by name: a template of that name made from the
+	// same lease is returned, not made again; one made otherwise is a
+	// *InvalidInputError naming "name". A lease that is gone is a
+	// *LeaseGoneError.
+	SnapshotLease(ctx context.Context, leaseID, name string) (Template, error)
+}
+
+// CheckTemplateName checks a template's name as the sandbox server does:
+// 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', first a letter or
+// digit, not starting with "tpl-" (the server's ids). It returns a
+// *InvalidInputError naming field.
+func CheckTemplateName(field, name string) error {
+	if !templateNamePattern.MatchString(name) || strings.HasPrefix(name, "tpl-") || name == "host" {
+		return &InvalidInputError{Field: field, Reason: "must be 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', starting with a letter or digit, neither \"host\" nor starting with \"tpl-\""}
+	}
+	return nil
+}
+
+var templateNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)

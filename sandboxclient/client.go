@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sandboxflow/sandboxflow/internal/sessionupdate"
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -194,6 +195,21 @@ func (s *SessionClient) Fork(ctx context.Context) (*SessionClient, error) {
 		return nil, err
 	}
 	return AttachSessionClient(s.c, fork.SessionID), nil
+}
+
+// Snapshot keeps the session's lease, after the commands already queued,
+// as a template that later leases start from (LeaseSpec.Rootfs =
+// template.ID), /workspace included; the lease is left as it was. An
+// empty name names the template after the session and the Update. An
+// invalid name is rejected before anything is sent. See UpdateSnapshot.
+func (s *SessionClient) Snapshot(ctx context.Context, name string) (sandbox.Template, error) {
+	in := workflows.SessionSnapshot{Name: name}
+	if err := in.Validate(); err != nil {
+		return sandbox.Template{}, err
+	}
+	var template sandbox.Template
+	err := sessionupdate.Send(ctx, s.c, s.id, newUpdateID(), workflows.UpdateSnapshot, &template, in)
+	return template, err
 }
 
 // Close runs the commands already queued, destroys the lease and ends the

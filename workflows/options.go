@@ -25,6 +25,8 @@ type ActivityOverrides struct {
 	// set_egress Updates.
 	ForkLease *ActivityOptions `json:"forkLease,omitempty"`
 	SetEgress *ActivityOptions `json:"setEgress,omitempty"`
+	// SnapshotLease is the activity of a session's snapshot Update.
+	SnapshotLease *ActivityOptions `json:"snapshotLease,omitempty"`
 	// EnsureTemplate is the activity that builds Request.Dockerfile.
 	EnsureTemplate *ActivityOptions `json:"ensureTemplate,omitempty"`
 }
@@ -204,7 +206,7 @@ func (o *ActivityOptions) apply(base workflow.ActivityOptions) workflow.Activity
 type activityOptions struct {
 	createLease, execute, destroyLease, acquireFreshLease workflow.ActivityOptions
 	pauseLease, resumeLease, forkLease, setEgress         workflow.ActivityOptions
-	ensureTemplate                                        workflow.ActivityOptions
+	ensureTemplate, snapshotLease                         workflow.ActivityOptions
 }
 
 func resolveOptions(req Request) activityOptions {
@@ -222,5 +224,6 @@ func resolveOptions(req Request) activityOptions {
 		forkLease:         o.ForkLease.apply(leaseOptions(10 * time.Minute)), // a copy of the source's files
 		setEgress:         o.SetEgress.apply(leaseOptions(2 * time.Minute)),
 		ensureTemplate:    o.EnsureTemplate.apply(templateOptions()),
+		snapshotLease:     o.SnapshotLease.apply(leaseOptions(10 * time.Minute)), // a copy of the lease's files
 	}
 }

@@ -27,6 +27,7 @@ import (
 //	UpdateSetEgress replace the egress rules of the lease, and of every
 //	                later lease (validated before it enters history)
 //	UpdateFork      fork the lease into a new session (session_fork.go)
+//	UpdateSnapshot  keep the lease as a template (session_snapshot.go)
 //	UpdateClose     run what is queued, destroy the lease, end the session
 //	StateQuery      SessionState
 //
@@ -103,7 +104,10 @@ type operation struct {
 	state   SessionState
 	summary SessionSummary
 	fork    SessionFork
-	err     error
+	// name and template are the snapshot's.
+	name     string
+	template sandbox.Template
+	err      error
 }
 
 func newSession(ctx workflow.Context, req SessionRequest) *session {
@@ -189,6 +193,23 @@ func (s *session) register(ctx workflow.Context) error {
 			return op.fork, err
 		},
 		workflow.UpdateHandlerOptions{Validator: s.accepting},
+	); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSnapshot,
+		func(ctx workflow.Context, in SessionSnapshot) (sandbox.Template, error) {
+			op, err := s.perform(ctx, &operation{kind: UpdateSnapshot, name: snapshotName(ctx, in)})
+			return op.template, err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(in SessionSnapshot) error {
+			if err := s.accepting(); err != nil {
+				return err
+			}
+			if err := in.Validate(); err != nil {
+				return activities.Failure(err)
+			}
+			return nil
+		}},
 	); err != nil {
 		return err
 	}
@@ -364,6 +385,8 @@ func (s *session) carryOut(ctx workflow.Context, op *operation) {
 		op.state = s.snapshot()
 	case UpdateFork:
 		op.fork, op.err = s.fork(ctx)
+	case UpdateSnapshot:
+		op.template, op.err = s.saveTemplate(ctx, op.name)
 	case UpdateClose:
 		op.err = s.r.release(ctx)
 		s.setPhase(ctx, PhaseClosed)

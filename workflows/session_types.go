@@ -26,6 +26,11 @@ const (
 	// the SessionFork. The lease is paused for the fork and stays paused
 	// (the next command resumes it).
 	UpdateFork = "fork"
+	// UpdateSnapshot keeps the session's lease as a template that later
+	// leases start from: SessionSnapshot in, sandbox.Template
+	// ({"templateId", "name"}) out. The lease is left running or paused
+	// as it was.
+	UpdateSnapshot = "snapshot"
 	// UpdateSetEgress replaces the egress rules of the session's lease and
 	// of every lease it takes later: SessionEgress in, SessionState out.
 	UpdateSetEgress = "set_egress"

@@ -6,15 +6,19 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/sandbox"
+	"github.com/sandboxflow/sandboxflow/sandboxclient"
+	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
 // writeDockerfile writes a Dockerfile for --dockerfile.
@@ -83,4 +87,43 @@ func TestRunCommandFailsTypedWhenItsDockerfileFails(t *testing.T) {
 	assert.Equal(t, sandbox.TemplateSpec{Dockerfile: text}.Name(), d.Template)
 	assert.Contains(t, d.LogTail, "about to fail")
 	assert.Equal(t, "failed", templateOf(t, d.Template).Status)
+}
+
+// The snapshot scenario: a session writes a file in its
+// workspace and over its image, keeps its lease as a template, writes on;
+// a RunCommand on the template reads the files as they were at the
+// snapshot, not the later write. Closing the session leaves nothing
+// behind, and the session's history replays.
+func TestSessionSnapshotIsATemplateARunStartsFrom(t *testing.T) {
+	testenv.RequireRoot(t, "a snapshot copies a lease's namespaced root")
+	s := stackOf(t)
+	ctx := t.Context()
+	sess, err := sandboxclient.StartSession(ctx, s.Client, client.StartWorkflowOptions{TaskQueue: workflows.DefaultTaskQueue}, workflows.SessionRequest{})
+	require.NoError(t, err)
+	first := run(t, sess, "echo kept > f; echo machine > /etc/snapped")
+
+	tpl, err := sess.Snapshot(ctx, "")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(tpl.ID, "tpl-"), tpl.ID)
+	assert.Equal(t, "ready", templateOf(t, tpl.ID).Status)
+	after := run(t, sess, "echo later > f; cat /etc/snapped")
+	assert.Equal(t, first.LeaseID, after.LeaseID, "the session goes on on its lease")
+	assert.Equal(t, "machine\n", after.Stdout)
+	summary, err := sess.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{first.LeaseID}, summary.DestroyedLeases)
+	replayed(t, s.Client, sess.ID())
+
+	code, stdout, stderr := runStarter(t, "", "--rootfs", tpl.ID, "--", "sh", "-c", "cat f /etc/snapped")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "kept\nmachine\n", stdout, "the template's files, as they were at the snapshot")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, s.SandboxURL+"/v1/templates/"+tpl.ID, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", s.SandboxAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assertNothingLeaked(t)
 }

@@ -56,6 +56,8 @@ var messages = []message{
 	{"SessionState", "The answer of the session's query " + workflows.StateQuery + " and of its Updates " +
 		workflows.UpdatePause + ", " + workflows.UpdateResume + " and " + workflows.UpdateSetEgress + ".", workflows.SessionState{}, false},
 	{"SessionForkResult", "The answer of the session's Update " + workflows.UpdateFork + ".", workflows.SessionFork{}, false},
+	{"SessionSnapshotInput", "The argument of the session's Update " + workflows.UpdateSnapshot + ".", workflows.SessionSnapshot{}, true},
+	{"SessionSnapshotResult", "The answer of the session's Update " + workflows.UpdateSnapshot + ": the template, which a LeaseSpec's rootfs names.", sandbox.Template{}, false},
 	{"SessionCloseResult", "The answer of the session's Update " + workflows.UpdateClose + ", and the session's result.", workflows.SessionSummary{}, false},
 	{"FailureDetails", "The one details object of every failure sandboxflow raises (an ApplicationFailure whose type is its kind).", sandbox.FailureDetails{}, false},
 }

@@ -60,3 +60,46 @@ func CopyRootLayer(src, dst string, from, to Owner) (int64, error) {
 	})
 	return size, err
 }
+
+// CopyWorkspace copies the workspace of the lease directory src (a paused
+// lease, owned by from) to dst, a new directory, and moves the copy's
+// owners into to's id range: a template made from a live lease keeps its
+// /workspace beside its layer, since /workspace is a mount of its own,
+// not a part of the root's upper layer. It copies as CopyRootLayer does,
+// and is safe for the same reasons.
+func CopyWorkspace(src, dst string, from, to Owner) error {
+	source, err := hostfs.Open(src)
+	if err != nil {
+		return err
+	}
+	defer source.Close()
+	d, err := source.OpenDir(leaseinit.WorkspaceDir)
+	if err != nil {
+		return fmt.Errorf("copying the workspace: %w", err)
+	}
+	d.Close()
+	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", filepath.Join(src, leaseinit.WorkspaceDir), dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying the workspace: %v: %.200s", err, out)
+	}
+	parent, name := filepath.Split(dst)
+	return shiftOwners(parent, []string{name}, from, to)
+}
+
+// SeedWorkspace copies the workspace a template kept (CopyWorkspace),
+// owned by from, into the empty workspace of the new lease directory dst,
+// owned by to, before any process of the lease runs. The template's copy
+// is the server's, in a directory no lease can write; the destination is
+// not yet reachable by the lease.
+func SeedWorkspace(src, dst string, from, to Owner) error {
+	tpl, err := hostfs.Open(src)
+	if err != nil {
+		return fmt.Errorf("seeding the workspace: %w", err)
+	}
+	tpl.Close()
+	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", src, filepath.Join(dst, leaseinit.WorkspaceDir)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("seeding the workspace: %v: %.200s", err, out)
+	}
+	return shiftOwners(dst, []string{leaseinit.WorkspaceDir}, from, to)
+}
