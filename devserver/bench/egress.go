@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 )
 
 // ErrNoEgressPath is why the egress row cannot be measured here.
@@ -32,16 +33,17 @@ const (
 // path (slirp4netns, to a sink on the host) beside the same bytes sent to a
 // sink on the lease's own loopback, in the same lease and the same run:
 // what the user-mode network costs against the kernel's loopback. It runs
-// localsandbox's BenchmarkEgressThroughput with `go test -bench` in
-// moduleDir, the library module, runs times each (64 MiB a run, one exec's
-// overhead included). Informational: the issue sets no target.
+// localsandbox's BenchmarkEgressThroughput with `go test -bench` in the
+// localsandbox module below moduleDir, the library module, runs times
+// each (64 MiB a run, one exec's overhead included). Informational: the
+// issue sets no target.
 func EgressThroughput(ctx context.Context, moduleDir string, runs int) ([]Row, error) {
 	if err := CheckEgressPath(); err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkEgressThroughput$",
-		"-benchtime", fmt.Sprintf("%dx", runs), "-count", "1", "./localsandbox")
-	cmd.Dir = moduleDir
+		"-benchtime", fmt.Sprintf("%dx", runs), "-count", "1", ".")
+	cmd.Dir = filepath.Join(moduleDir, "localsandbox") // the sandbox server's own module
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {

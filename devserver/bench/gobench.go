@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,17 +37,26 @@ var microBenchmarks = []microBenchmark{
 
 // MicroBenchmarks runs the testing.B benchmarks of the frame decoder
 // (createos) and of the journal (localsandbox) with `go test -bench` in
-// moduleDir, the library module, and returns their MB/s beside their
-// floors. They have no target: they show where the bytes go.
+// moduleDir, the library module, and in its localsandbox module, and
+// returns their MB/s beside their floors. They have no target: they show
+// where the bytes go.
 func MicroBenchmarks(ctx context.Context, moduleDir, benchtime string) ([]Row, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$",
-		"-bench", "^(BenchmarkDecodeOutput|BenchmarkDecodeOutputFloor|BenchmarkJournal|BenchmarkJournalFloor)$",
-		"-benchtime", benchtime, "-count", "1", "./createos", "./localsandbox/internal/journal")
-	cmd.Dir = moduleDir
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("go test -bench: %w\n%s%s", err, out.String(), stderr.String())
+	// The journal is the sandbox server's, a module of its own
+	// (localsandbox/go.mod): one go test a module.
+	var out bytes.Buffer
+	for _, pkg := range []struct{ dir, path string }{
+		{moduleDir, "./createos"},
+		{filepath.Join(moduleDir, "localsandbox"), "./internal/journal"},
+	} {
+		cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$",
+			"-bench", "^(BenchmarkDecodeOutput|BenchmarkDecodeOutputFloor|BenchmarkJournal|BenchmarkJournalFloor)$",
+			"-benchtime", benchtime, "-count", "1", pkg.path)
+		cmd.Dir = pkg.dir
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("go test -bench %s: %w\n%s%s", pkg.path, err, out.String(), stderr.String())
+		}
 	}
 	rates, err := parseBenchmarks(out.Bytes())
 	if err != nil {
