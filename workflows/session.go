@@ -170,15 +170,7 @@ func (s *session) register(ctx workflow.Context) error {
 			s.remember(id, AnsweredUpdate{Result: op.result}, err)
 			return op.result, err
 		},
-		workflow.UpdateHandlerOptions{Validator: func(cmd SessionCommand) error {
-			if err := s.accepting(); err != nil {
-				return err
-			}
-			if err := cmd.Validate(); err != nil {
-				return activities.Failure(err)
-			}
-			return nil
-		}},
+		workflow.UpdateHandlerOptions{Validator: validator[SessionCommand](s)},
 	); err != nil {
 		return err
 	}
@@ -201,15 +193,7 @@ func (s *session) register(ctx workflow.Context) error {
 			op, err := s.perform(ctx, &operation{kind: UpdateSnapshot, name: snapshotName(ctx, in)})
 			return op.template, err
 		},
-		workflow.UpdateHandlerOptions{Validator: func(in SessionSnapshot) error {
-			if err := s.accepting(); err != nil {
-				return err
-			}
-			if err := in.Validate(); err != nil {
-				return activities.Failure(err)
-			}
-			return nil
-		}},
+		workflow.UpdateHandlerOptions{Validator: validator[SessionSnapshot](s)},
 	); err != nil {
 		return err
 	}
@@ -218,15 +202,7 @@ func (s *session) register(ctx workflow.Context) error {
 			op, err := s.perform(ctx, &operation{kind: UpdateSetEgress, egress: in.Egress})
 			return op.state, err
 		},
-		workflow.UpdateHandlerOptions{Validator: func(in SessionEgress) error {
-			if err := s.accepting(); err != nil {
-				return err
-			}
-			if err := in.Validate(); err != nil {
-				return activities.Failure(err)
-			}
-			return nil
-		}},
+		workflow.UpdateHandlerOptions{Validator: validator[SessionEgress](s)},
 	); err != nil {
 		return err
 	}
@@ -249,6 +225,21 @@ func (s *session) register(ctx workflow.Context) error {
 		},
 		workflow.UpdateHandlerOptions{Validator: s.accepting},
 	)
+}
+
+// validator is the Validator of an Update whose input checks itself: the
+// session must take Updates, and the input must be valid (a typed
+// SandboxInvalidInput when not).
+func validator[In interface{ Validate() error }](s *session) func(In) error {
+	return func(in In) error {
+		if err := s.accepting(); err != nil {
+			return err
+		}
+		if err := in.Validate(); err != nil {
+			return activities.Failure(err)
+		}
+		return nil
+	}
 }
 
 // accepting rejects Updates once the session is closing.

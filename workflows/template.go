@@ -3,7 +3,6 @@ package workflows
 import (
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -43,20 +42,8 @@ func (r *run) ensureTemplate(ctx workflow.Context) error {
 	return nil
 }
 
-// templateOptions are the defaults of EnsureTemplate: a build may take as
-// long as sandboxd allows one (30 minutes) and the attempt heartbeats its
-// log meanwhile, so a dead worker is noticed and its retry follows the
-// same build.
-func templateOptions() workflow.ActivityOptions {
-	return workflow.ActivityOptions{
-		StartToCloseTimeout: 35 * time.Minute,
-		HeartbeatTimeout:    30 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        time.Second,
-			BackoffCoefficient:     2,
-			MaximumInterval:        30 * time.Second,
-			MaximumAttempts:        5,
-			NonRetryableErrorTypes: nonRetryableTypes(),
-		},
-	}
-}
+// templateOptions are the defaults of EnsureTemplate: those of a lease
+// activity, for as long as sandboxd lets a build run (30 minutes); the
+// attempt heartbeats its log meanwhile, so a dead worker is noticed and its
+// retry follows the same build.
+func templateOptions() workflow.ActivityOptions { return leaseOptions(35 * time.Minute) }
