@@ -19,22 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-type templateData struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	Base       string    `json:"base"`
-	Status     string    `json:"status"`
-	Size       int64     `json:"ext4_size_bytes"`
-	CreatedAt  time.Time `json:"created_at"`
-	BuiltAt    time.Time `json:"built_at"`
-	Dockerfile string    `json:"dockerfile"`
-}
-
 // buildTemplate posts a template and follows its log to the final event;
 // it returns the template's id, the log's lines and the final status.
 func (ts *testServer) buildTemplate(name, dockerfile string) (id string, lines []string, status string) {
 	ts.t.Helper()
-	var v templateData
+	var v templateView
 	ts.mustCall("POST", "/templates", map[string]any{"name": name, "dockerfile": dockerfile}, &v)
 	if v.Status != templatePending || v.ID == "" || v.Name != name || v.CreatedAt.IsZero() {
 		ts.t.Fatalf("a new template: %+v", v)
@@ -123,18 +112,18 @@ RUN id -un
 		t.Errorf("the log lacks a step or its output: %q", lines)
 	}
 
-	var v templateData
+	var v templateView
 	ts.mustCall("GET", "/templates/marker?include=dockerfile", nil, &v)
 	if v.ID != id || v.Status != templateReady || v.Dockerfile != dockerfile || v.BuiltAt.IsZero() || v.Size <= 0 {
 		t.Errorf("GET by name: %+v", v)
 	}
-	v = templateData{}
+	v = templateView{}
 	ts.mustCall("GET", "/templates/"+id, nil, &v)
 	if v.Dockerfile != "" {
 		t.Errorf("the dockerfile without include: %q", v.Dockerfile)
 	}
 	var list struct {
-		Data       []templateData `json:"data"`
+		Data       []templateView `json:"data"`
 		Pagination struct{ Total int }
 	}
 	ts.mustCall("GET", "/templates", nil, &list)
@@ -305,19 +294,7 @@ func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
 func TestTemplateBuildSymlinksDoNotReachTheHost(t *testing.T) {
 	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
 	ts := startServer(t, Options{})
-	hostDir := t.TempDir()
-	secret := filepath.Join(hostDir, "secret")
-	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Owned by the root of the first id range, which the build sandbox
-	// takes: a shift that followed the link would give it to host root.
-	base := ts.srv.opts.HostIDBase
-	for _, p := range []string{hostDir, secret} {
-		if err := os.Lchown(p, base, base); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hostDir, secret := plantSecretOfTheFirstLeaseRoot(t, ts)
 	if err := os.Chmod(hostDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -339,16 +316,7 @@ func TestTemplateBuildSymlinksDoNotReachTheHost(t *testing.T) {
 	}
 	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
 	ts.mustCall("DELETE", "/templates/"+id, nil, nil)
-	var st unix.Stat_t
-	if err := unix.Lstat(secret, &st); err != nil {
-		t.Fatalf("the host file is gone: %v", err)
-	}
-	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
-		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
-	}
-	if data, _ := os.ReadFile(secret); string(data) != "host secret\n" {
-		t.Errorf("the host file was changed: %q", data)
-	}
+	assertSecretUntouched(t, ts, secret)
 }
 
 // A build that a shutdown stops fails, its build sandbox gone, and so does
@@ -358,7 +326,7 @@ func TestTemplateBuildStoppedByAShutdownFails(t *testing.T) {
 	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
 	root := filepath.Join(t.TempDir(), "root")
 	ts := startServer(t, Options{Root: root})
-	var v templateData
+	var v templateView
 	ts.mustCall("POST", "/templates", map[string]any{"name": "slow", "dockerfile": "FROM devbox:1\nRUN echo started; sleep 600\n"}, &v)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // polled, as clients do
 		resp := ts.request("GET", "/templates/slow/logs", nil, nil)
@@ -427,19 +395,7 @@ func TestTemplateBuildLogIsBounded(t *testing.T) {
 func TestTemplateFromASandbox(t *testing.T) {
 	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
 	ts := startServer(t, Options{})
-	hostDir := t.TempDir()
-	secret := filepath.Join(hostDir, "secret")
-	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Owned by the root of the first id range, which the source takes: a
-	// shift that followed a link would give it to host root.
-	base := ts.srv.opts.HostIDBase
-	for _, p := range []string{hostDir, secret} {
-		if err := os.Lchown(p, base, base); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, secret := plantSecretOfTheFirstLeaseRoot(t, ts)
 	src, code := ts.createOn("devbox:1")
 	if code != http.StatusOK {
 		t.Fatalf("create: %d", code)
@@ -456,10 +412,7 @@ func TestTemplateFromASandbox(t *testing.T) {
 	}
 	var srcView sandboxData
 	ts.mustCall("GET", "/sandboxes/"+src, nil, &srcView)
-	var v struct {
-		templateData
-		FromSandbox string `json:"from_sandbox"`
-	}
+	var v templateView
 	ts.mustCall("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": src}, &v)
 	if v.Status != templateReady || v.FromSandbox != src || v.Base != srcView.Rootfs || v.ID == "" {
 		t.Fatalf("the snapshot: %+v", v)
@@ -487,13 +440,7 @@ func TestTemplateFromASandbox(t *testing.T) {
 	ts.mustCall("DELETE", "/sandboxes/"+l, nil, nil)
 	ts.mustCall("DELETE", "/sandboxes/"+src, nil, nil)
 	ts.mustCall("DELETE", "/templates/"+v.ID, nil, nil)
-	var st unix.Stat_t
-	if err := unix.Lstat(secret, &st); err != nil {
-		t.Fatalf("the host file is gone: %v", err)
-	}
-	if int(st.Uid) != base || st.Mode&0o777 != 0o600 {
-		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
-	}
+	assertSecretUntouched(t, ts, secret)
 }
 
 // The project's client keeps a lease as a template idempotently by name: a
@@ -540,7 +487,7 @@ func TestTemplateFromASandboxOnATemplate(t *testing.T) {
 		t.Fatalf("create: %d", code)
 	}
 	ts.exec(src, "echo x > /opt/x && echo y > /workspace/y")
-	var first, second templateData
+	var first, second templateView
 	ts.mustCall("POST", "/templates", map[string]any{"name": "first", "from_sandbox": src}, &first)
 	on, code := ts.createOn("first")
 	if code != http.StatusOK {
@@ -560,5 +507,42 @@ func TestTemplateFromASandboxOnATemplate(t *testing.T) {
 	}
 	if code := ts.call("DELETE", "/templates/"+first.ID, nil, nil); code != http.StatusConflict {
 		t.Errorf("deleting the first while the second is built on it: %d", code)
+	}
+}
+
+// plantSecretOfTheFirstLeaseRoot makes a host directory holding a secret
+// file (0600), both owned by the root of the first id range, which the
+// first sandbox of ts takes: a host-side re-owning that followed a link the
+// sandbox planted to them would give them to host root, and a copy that
+// followed it would put the secret in a layer.
+func plantSecretOfTheFirstLeaseRoot(t *testing.T, ts *testServer) (dir, secret string) {
+	t.Helper()
+	dir = t.TempDir()
+	secret = filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := ts.srv.opts.HostIDBase
+	for _, p := range []string{dir, secret} {
+		if err := os.Lchown(p, base, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, secret
+}
+
+// assertSecretUntouched checks that the file plantSecretOfTheFirstLeaseRoot
+// planted is still there, with its owner, mode and content.
+func assertSecretUntouched(t *testing.T, ts *testServer, secret string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(secret, &st); err != nil {
+		t.Fatalf("the host file is gone: %v", err)
+	}
+	if int(st.Uid) != ts.srv.opts.HostIDBase || st.Mode&0o777 != 0o600 {
+		t.Errorf("the host file was re-owned or re-moded: uid %d mode %o", st.Uid, st.Mode&0o777)
+	}
+	if data, _ := os.ReadFile(secret); string(data) != "host secret\n" {
+		t.Errorf("the host file was changed: %q", data)
 	}
 }
