@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
-	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 )
 
 // The self API's listener, in a namespace of the test's own: headers past
@@ -18,14 +17,7 @@ import (
 // (a lease's own delete closes its agent from the handler's answer on).
 func TestAgentIsBounded(t *testing.T) {
 	testenv.RequireRoot(t, "the agent's listener is made in a network namespace")
-	ns, err := newNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := inNetns(ns, leaseinit.LoopbackUp); err != nil {
-		t.Fatal(err)
-	}
+	ns := testNetns(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	a, err := serveAgent(ns, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

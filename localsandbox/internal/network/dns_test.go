@@ -203,14 +203,7 @@ func TestDNSUpstream(t *testing.T) {
 // every goroutine.
 func TestDNSLeaseResolverIsBounded(t *testing.T) {
 	testenv.RequireRoot(t, "the resolver's sockets are made in a network namespace")
-	ns, err := newNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := inNetns(ns, leaseinit.LoopbackUp); err != nil {
-		t.Fatal(err)
-	}
+	ns := testNetns(t)
 	// An upstream that never answers (a bound socket nobody reads).
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -303,4 +296,19 @@ func TestDNSLeaseResolverIsBounded(t *testing.T) {
 	for _, c := range udp {
 		c.Close()
 	}
+}
+
+// testNetns is a network namespace of the test's own, its loopback up, as
+// a lease's is; it is closed when the test ends.
+func testNetns(t *testing.T) *os.File {
+	t.Helper()
+	ns, err := newNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	if err := inNetns(ns, leaseinit.LoopbackUp); err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
