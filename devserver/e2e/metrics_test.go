@@ -78,7 +78,15 @@ func TestMetricsShowTheCountersAfterARun(t *testing.T) {
 	require.NoError(t, second.Get(t.Context(), &res))
 	require.Equal(t, "released\n", res.Stdout)
 
-	text := string(httpGet(t, s.MetricsURL))
+	// The SDK counts a completed workflow after the server has taken the
+	// completing task, so Get can return before the counter moves: wait for
+	// it, then read every counter from that one exposition.
+	var text string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		text = string(httpGet(t, s.MetricsURL))
+		n, _ := sumSamples(text, "temporal_workflow_completed_total", `workflow_type="sandboxflow.RunCommand"`)
+		require.GreaterOrEqual(c, n, 2.0)
+	}, 30*time.Second, 20*time.Millisecond, "the worker has counted both completions")
 	for _, want := range []struct {
 		metric string
 		labels []string
