@@ -41,6 +41,7 @@ func TestHostFileOperationsGoThroughHostfs(t *testing.T) {
 		"internal/machine/cgroups.go:Close":       "the lease's cgroup directories, in cgroupfs",
 		"internal/machine/freezer.go:freezeV1":    "the freezer's control files, in cgroupfs",
 		"internal/machine/freezer.go:freezeV2":    "the freezer's control files, in cgroupfs",
+		"preview_claim.go:claimPreviewAddr":       "the host-wide claims of preview addresses, in /run (root) or the user's own directory: no lease can write them",
 		"images.go:hostMasks":                     "reads (never writes) the host's system directories that the host image is made of: no lease can write them",
 	}
 	var files []string

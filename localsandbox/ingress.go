@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,12 +53,15 @@ import (
 type ingressState struct {
 	port atomic.Int64
 
-	mu         sync.Mutex
-	addrs      map[netip.Addr]*lease
-	addrOf     map[*lease]netip.Addr
-	nextAddr   uint32
-	inFlight   int
-	lastWarned time.Time
+	mu          sync.Mutex
+	addrs       map[netip.Addr]*lease
+	addrOf      map[*lease]netip.Addr
+	claims      map[netip.Addr]*os.File // host-wide claims of addrs (preview_claim.go)
+	claimDir    string                  // previewClaimDir, or a test's
+	nextAddr    uint32
+	claimWarned bool
+	inFlight    int
+	lastWarned  time.Time
 }
 
 // notePreviewAddr records the port of a listener Serve was given.
@@ -117,7 +121,10 @@ func (s *Server) previewAddr(l *lease) netip.Addr {
 		return a
 	}
 	if st.addrs == nil {
-		st.addrs, st.addrOf = map[netip.Addr]*lease{}, map[*lease]netip.Addr{}
+		st.addrs, st.addrOf, st.claims = map[netip.Addr]*lease{}, map[*lease]netip.Addr{}, map[netip.Addr]*os.File{}
+		if st.claimDir == "" {
+			st.claimDir = previewClaimDir()
+		}
 	}
 	base := previewNet.Addr().As4()
 	for range 1 << 16 {
@@ -131,6 +138,18 @@ func (s *Server) previewAddr(l *lease) netip.Addr {
 			continue
 		} else if owner != nil {
 			delete(st.addrOf, owner)
+		}
+		if st.claims[a] == nil {
+			claim, err := claimPreviewAddr(st.claimDir, a)
+			if errors.Is(err, errPreviewClaimed) {
+				continue
+			} else if err != nil && !st.claimWarned {
+				// Unclaimed, the address may coincide with another
+				// server's; the lease's previews still work here.
+				st.claimWarned = true
+				s.log.Warn("preview addresses are not claimed host-wide", "err", err)
+			}
+			st.claims[a] = claim
 		}
 		st.addrs[a], st.addrOf[l] = l, a
 		return a
@@ -151,6 +170,10 @@ func (s *Server) releasePreviewAddr(l *lease) {
 	if a, ok := st.addrOf[l]; ok {
 		delete(st.addrOf, l)
 		delete(st.addrs, a)
+		if c := st.claims[a]; c != nil {
+			c.Close()
+		}
+		delete(st.claims, a)
 	}
 }
 
