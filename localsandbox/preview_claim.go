@@ -40,8 +40,11 @@ func claimPreviewAddr(dir string, a netip.Addr) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("the preview claims directory: %w", err)
 	}
-	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("the preview claims directory %s is not a directory", dir)
+	// Not a directory another user made (in /tmp, for a server not run
+	// as root) to hold our claims or plant links in.
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return nil, fmt.Errorf("the preview claims directory %s is not a directory of this user's alone", dir)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, a.String()), os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
