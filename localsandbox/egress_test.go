@@ -171,13 +171,13 @@ func TestEgressOffHasNoPath(t *testing.T) {
 	ts := startServer(t, Options{Isolation: IsolationNamespaces})
 	// Everything, asked for, is all that "off" allows: nothing.
 	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
-	if sb.Egress == nil || len(sb.Egress) != 0 || sb.Network.EgressPolicy != "off" || sb.Network.Path != "none" {
+	if !slices.Equal(sb.Egress, []string{"none"}) || sb.Network.EgressPolicy != "off" || sb.Network.Path != "none" {
 		t.Fatalf("view %+v", sb)
 	}
 	var ev egressView
 	ts.mustCall("GET", "/sandboxes/"+sb.ID+"/egress", nil, &ev)
-	if ev.Egress == nil || len(ev.Egress) != 0 {
-		t.Errorf("GET egress: %+v, want nothing in force", ev)
+	if !slices.Equal(ev.Egress, []string{"none"}) {
+		t.Errorf("GET egress: %+v, want [none]: nothing in force", ev)
 	}
 	out := ts.exec(sb.ID, `ip -o link | awk -F': ' '{print $2}' | sort | tr '\n' ' '; `+fetchScript("10.0.2.2", 80))
 	if !strings.HasPrefix(out.Stdout, "lo \n") && !strings.HasPrefix(out.Stdout, "lo ") {
@@ -222,11 +222,16 @@ func TestEgressBeyondThePolicyIsRefused(t *testing.T) {
 	sb := ts.createWith(nil)
 	status, body = ts.rawCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{"192.0.2.10:443"}})
 	refusedBeyondThePolicy(t, "PUT a rule under off", status, body, "off")
-	for _, all := range []string{`{"egress": null}`, `{"egress": []}`, `{"egress": ["*"]}`, `{}`} {
+	// Nothing is in force, and the view says so: not [], which every SDK
+	// reads as "allow all", but ["none"], which may be asked for too.
+	if !slices.Equal(sb.Egress, []string{"none"}) {
+		t.Errorf("created under off: egress %q, want [none]", sb.Egress)
+	}
+	for _, all := range []string{`{"egress": null}`, `{"egress": []}`, `{"egress": ["*"]}`, `{}`, `{"egress": ["none"]}`} {
 		var ev egressView
 		ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", all, &ev)
-		if ev.Egress == nil || len(ev.Egress) != 0 {
-			t.Errorf("PUT %s under off: %+v, want nothing in force", all, ev)
+		if !slices.Equal(ev.Egress, []string{"none"}) {
+			t.Errorf("PUT %s under off: %+v, want [none]: nothing in force", all, ev)
 		}
 	}
 }
@@ -283,11 +288,30 @@ func TestEgressAllowlistPolicyGivesNothingForAll(t *testing.T) {
 	ts := startServer(t, Options{Egress: EgressAllowlist, EgressHostLoopback: true})
 	port := hostServer(t, "hello")
 	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
-	if len(sb.Egress) != 0 || sb.Network.Path != "slirp4netns" {
-		t.Fatalf("view %+v", sb)
+	if !slices.Equal(sb.Egress, []string{"none"}) || sb.Network.Path != "slirp4netns" {
+		t.Fatalf("view %+v, want egress [none]", sb)
 	}
 	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
 		t.Errorf("fetch: %q", got)
+	}
+}
+
+// ["none"] asks for nothing, under a policy that would give everything.
+func TestEgressNoneGivesNothing(t *testing.T) {
+	needNetwork(t)
+	ts := startServer(t, Options{Egress: EgressAny, EgressHostLoopback: true})
+	port := hostServer(t, "hello")
+	sb := ts.createWith(map[string]any{"egress": []string{"*"}})
+	if got := ts.fetch(sb.ID, "10.0.2.2", port); got != "hello" {
+		t.Fatalf("with *: %q", got)
+	}
+	var ev egressView
+	ts.mustCall("PUT", "/sandboxes/"+sb.ID+"/egress", map[string]any{"egress": []string{"none"}}, &ev)
+	if !slices.Equal(ev.Egress, []string{"none"}) {
+		t.Errorf("PUT [none]: %q", ev.Egress)
+	}
+	if got := ts.fetch(sb.ID, "10.0.2.2", port); !strings.Contains(got, "ERR") {
+		t.Errorf("with none: %q", got)
 	}
 }
 

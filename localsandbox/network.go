@@ -228,7 +228,7 @@ func (s *Server) networkView(l *lease) (egress []string, ingress bool, v *networ
 		v.Path = "host"
 		return []string{network.EgressAll}, false, v
 	case n == nil:
-		return []string{}, false, v
+		return []string{network.EgressNone}, false, v
 	}
 	set, ingress, outward := n.State()
 	egress = set.List()

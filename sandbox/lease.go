@@ -24,7 +24,9 @@ type LeaseSpec struct {
 	DiskMiB int `json:"diskMiB,omitempty"`
 	// Egress is the allowlist of outward destinations (see CheckEgress):
 	// "*" allows everything, and so does an empty list, as far as the
-	// server's own policy allows (sandboxd's default allows nothing).
+	// server's own policy allows (sandboxd's default allows nothing);
+	// ["none"] asks for nothing (sandboxd [ext], which also reports a
+	// lease with nothing in force so, never as the empty list).
 	// A session changes it between commands (workflows.UpdateSetEgress).
 	Egress []string `json:"egress,omitempty"`
 	// IngressEnabled turns on the sandbox's preview URLs: HTTP from

@@ -55,6 +55,13 @@ const (
 // EgressAll is the rule that admits everything.
 const EgressAll = "*"
 
+// EgressNone is what a list with nothing in force reads as, and the rule
+// that asks for nothing. In the SDKs' vocabulary an empty list means
+// "allow all", so a lease with no egress (a server whose policy gives
+// nothing) must not be shown as [] ([ext]: the hosted service has no
+// word for it). Asking for nothing is within every policy.
+const EgressNone = "none"
+
 // rule is one parsed rule: a set of destination prefixes and a port (0 =
 // every port).
 type rule struct {
@@ -155,6 +162,9 @@ func (e Egress) List() []string {
 	if e.all {
 		return []string{EgressAll}
 	}
+	if e.none() {
+		return []string{EgressNone}
+	}
 	out := make([]string, 0, len(e.rules))
 	for _, r := range e.rules {
 		out = append(out, r.text)
@@ -212,7 +222,7 @@ func CheckRules(rules []string) error {
 		return badRequest("at most %d egress rules", maxEgressRules)
 	}
 	for _, text := range rules {
-		if text == EgressAll {
+		if text == EgressAll || text == EgressNone {
 			return badRequest("%q is not a rule of an allowlist", text)
 		}
 		if _, err := parseRule(text); err != nil {
@@ -257,6 +267,9 @@ func Compile(ctx context.Context, requested []string, g Grant) (Egress, error) {
 			seen[r.text] = true
 			set.rules = append(set.rules, r)
 		}
+	}
+	if len(requested) == 1 && requested[0] == EgressNone {
+		return Egress{}, nil
 	}
 	wantAll := len(requested) == 0
 	var asked []rule

@@ -139,7 +139,8 @@ await check("create", async () => {
   eq(d.auto_pause_after_seconds, 600, "auto_pause_after_seconds");
   assert(typeof d.spawn_ms === "number" && d.spawn_ms >= 0, "spawn_ms");
   assert(typeof d.ip === "string" && d.ip.length > 0, "ip");
-  eq(d.egress, egressEnforced ? ["10.0.2.2:8080"] : [], "egress in force");
+  // Nothing in force reads ["none"]: [] would mean "allow all" to the SDK.
+  eq(d.egress, egressEnforced ? ["10.0.2.2:8080"] : ["none"], "egress in force");
   assert(!JSON.stringify(d).includes(secret), "the create answer holds an env value");
   if (canIngress) {
     const url = created.previewUrl(8080, { scheme: "http" });
@@ -262,7 +263,7 @@ await check("declinedRoutes", async () => {
 
 await check("egress", async () => {
   const got = await needSandbox().getEgress();
-  eq(got, { id: sb.id, egress: egressEnforced ? ["10.0.2.2:8080"] : [] }, "getEgress");
+  eq(got, { id: sb.id, egress: egressEnforced ? ["10.0.2.2:8080"] : ["none"] }, "getEgress");
   if (egressEnforced) {
     const set = await sb.setEgress(["10.0.2.3:53", "10.9.9.9:443"]);
     eq(set, { id: sb.id, egress: ["10.0.2.3:53", "10.9.9.9:443"] }, "setEgress");
@@ -275,7 +276,7 @@ await check("egress", async () => {
   }
   // Allow all: all that the policy allows (allowlist without operator rules, or off: nothing).
   const all = await sb.setEgress(null);
-  eq(all, { id: sb.id, egress: [] }, "setEgress(null)");
+  eq(all, { id: sb.id, egress: ["none"] }, "setEgress(null)");
   await rejects(() => sb.setEgress(["not a rule"]), CreateosSandboxValidationError, [400], "a bad rule");
 });
 
