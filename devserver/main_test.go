@@ -197,6 +197,10 @@ func TestEgressPolicyFlagIsCheckedAtParse(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--egress", "any"}))
 	assert.Equal(t, localsandbox.EgressAny, f.opts.Sandbox.Egress)
 
+	fs, f = newFlagSet("dev", "info")
+	require.NoError(t, fs.Parse([]string{"--egress", "allowlist", "--egress-allow", "pypi.org:443, 10.0.0.0/8"}))
+	assert.Equal(t, []string{"pypi.org:443", "10.0.0.0/8"}, f.opts.Sandbox.EgressAllow, "the operator's allowlist")
+
 	fs, _ = newFlagSet("dev", "info")
 	err := fs.Parse([]string{"--egress", "everything"})
 	require.Error(t, err)
