@@ -329,6 +329,33 @@ RUN mkdir -p /opt/tool/bin && printf '#!/bin/sh\necho tool-ran\n' > /opt/tool/bi
 	}
 }
 
+// sandboxd refuses exactly the template names that the library's
+// sandbox.CheckTemplateName refuses, and that rule covers what the server
+// reserves: the host image's rootfs and the form of its template ids.
+func TestTemplateNamesAreTheLibrarysRule(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	if sandbox.CheckTemplateName("name", hostImage) == nil {
+		t.Errorf("the library allows the host image's rootfs %q as a name", hostImage)
+	}
+	const notBuilt = "FROM devbox:1\nCOPY . /app\n" // fails before any step: nothing is built
+	for _, name := range []string{"a", "Z9", "a_b-c", strings.Repeat("x", 63), strings.Repeat("x", 64),
+		"", "-a", "_a", "a:b", "a.b", "a/b", "a b", "é", "host", "tpl-x", "tpl-", "tpl", "Host", "sf-0123456789abcdef"} {
+		libOK := sandbox.CheckTemplateName("name", name) == nil
+		var v templateView
+		code := ts.call("POST", "/templates", map[string]any{"name": name, "dockerfile": notBuilt}, &v)
+		if serverOK := code == http.StatusOK; serverOK != libOK || !libOK && code != http.StatusBadRequest {
+			t.Errorf("name %q: the server answers %d, the library's rule says ok=%v", name, code, libOK)
+		}
+		if code == http.StatusOK {
+			if sandbox.CheckTemplateName("name", v.ID) == nil {
+				t.Errorf("the server's template id %q is a name the library allows", v.ID)
+			}
+			ts.followTemplate(v.ID)
+		}
+	}
+}
+
 // A build stops at the first failing step, or before any for what the
 // subset does not have, and says which line; nothing of it is left.
 func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
