@@ -49,6 +49,10 @@ func (s TemplateSpec) Name() string {
 type Template struct {
 	ID   string `json:"templateId"`
 	Name string `json:"name"`
+	// Host is the sandbox host that keeps the template, on a fleet of
+	// hosts (each keeps its own templates), as Lease.Host is a lease's;
+	// empty otherwise.
+	Host string `json:"host,omitempty"`
 }
 
 // TemplateBuilder is the optional part of a Provider that builds templates

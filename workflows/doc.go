@@ -146,8 +146,10 @@
 // (fleet.go):
 //
 //	activity                            task queue
-//	CreateLease, AcquireFreshLease      PlacementTaskQueue(shared): any host with room,
-//	  (placement)                         whichever polls first
+//	CreateLease, AcquireFreshLease,     PlacementTaskQueue(shared): any host with room,
+//	  EnsureTemplate (placement)          whichever polls first
+//	CreateLease, AcquireFreshLease      HostTaskQueue(shared, template's host): each host
+//	  of a run on a Dockerfile            keeps its own templates
 //	every activity on a lease           HostTaskQueue(shared, lease.Host): the lease's host,
 //	  (Execute, DestroyLease, pause,      with a schedule-to-start timeout
 //	  resume, fork, egress)               (DefaultHostStartTimeout)
@@ -160,6 +162,12 @@
 // existing lease on a fleet names its host too (Request.LeaseHost);
 // without it the run fails as SandboxInvalidInput. Off a fleet, a lease
 // names no host and every activity runs where it always did.
+//
+// A run or session with a Dockerfile builds its template once, on the host
+// that takes EnsureTemplate, which names itself on the template
+// (sandbox.Template.Host); every lease of the run is then created on that
+// host, the only one that has the template, and a session carries the
+// host across continue-as-new and into its forks.
 //
 // Placement is Temporal's: a host polls the placement queue only while it
 // holds fewer leases than its capacity, so a full host takes no create and
