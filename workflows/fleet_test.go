@@ -70,9 +70,13 @@ func newFleet(t *testing.T, hosts ...string) *fleet {
 	place := func(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		host := f.hostOfQueue(activity.GetInfo(ctx).TaskQueue)
+		if f.lost[host] { // nobody takes a create on a lost host's queue
+			f.calls = append(f.calls, fmt.Sprintf("%s @%s", activity.GetInfo(ctx).ActivityType.Name, activity.GetInfo(ctx).TaskQueue))
+			return sandbox.Lease{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+		}
 		f.placed++
 		f.rootfs = append(f.rootfs, spec.Rootfs)
-		host := f.hostOfQueue(activity.GetInfo(ctx).TaskQueue)
 		if host == "" {
 			host = f.hosts[(f.placed-1)%len(f.hosts)]
 		}

@@ -335,7 +335,9 @@ func (r *run) release(ctx workflow.Context) error {
 	defer cancel()
 	r.setPhase(ctx, PhaseCleaningUp)
 	in := activities.DestroyLeaseInput{RunKey: r.runKey}
-	var lease sandbox.Lease // where the sweep runs: the lease's host, if any
+	// Where the sweep runs: the lease's host, else the host where the
+	// run's leases are made (its template's), if any.
+	lease := sandbox.Lease{Host: r.templateHost}
 	if r.lease != nil {
 		lease = *r.lease
 	}

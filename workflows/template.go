@@ -66,15 +66,9 @@ func (r *run) ensureTemplate(ctx workflow.Context) (sandbox.Template, error) {
 		}
 		return sandbox.Template{}, err
 	}
-	r.onTemplate(template)
-	return template, nil
-}
-
-// onTemplate makes template the root of the run's leases: their rootfs,
-// and, on a fleet, their host.
-func (r *run) onTemplate(template sandbox.Template) {
 	r.req.Lease.Rootfs, r.req.Dockerfile = template.ID, ""
 	r.templateHost = template.Host
+	return template, nil
 }
 
 // templateOptions are the defaults of EnsureTemplate: those of a lease

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,26 @@ func TestOnAFleetTheTemplateIsBuiltOnceAndEveryLeaseIsMadeOnItsHost(t *testing.T
 		activities.NameDestroyLease + " sbx-2@" + h2Queue,
 	}, f.calls)
 	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
+}
+
+// On a fleet, a run whose template's host is lost fails as compensation
+// does, typed, after trying that host only; its release sweeps there too.
+func TestOnAFleetALostTemplateHostExhaustsCompensationTyped(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	f.loseHost("h2")
+	req := request("true")
+	req.Dockerfile = bakedDockerfile
+	req.MaxFreshLeases = 1
+	_, err := f.run(req)
+	require.True(t, IsCompensationExhausted(err), "%v", err)
+	assert.True(t, sandbox.IsHostLostError(errors.Unwrap(unwrapApplication(t, err))), "it wraps the host's loss: %v", err)
+	assert.Equal(t, []string{
+		activities.NameEnsureTemplate + " @" + placementQueue,
+		activities.NameCreateLease + " @" + h2Queue,
+		activities.NameAcquireFreshLease + " @" + h2Queue,
+		activities.NameDestroyLease + " @" + h2Queue, // the release's sweep
+	}, f.calls)
 }
 
 // A session on a fleet carries its template's host across continue-as-new:

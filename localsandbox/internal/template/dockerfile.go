@@ -73,9 +73,6 @@ type Config struct {
 	WorkDir string            `json:"workdir,omitempty"`
 }
 
-// IsZero reports whether c sets nothing.
-func (c Config) IsZero() bool { return len(c.Env) == 0 && c.WorkDir == "" }
-
 // Dockerfile is a parsed Dockerfile.
 type Dockerfile struct {
 	// From is the image or template the build starts from ("" when the

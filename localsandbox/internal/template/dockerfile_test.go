@@ -116,7 +116,7 @@ RUN true
 		if plan, _ := df.Plan(base, nil); !reflect.DeepEqual(plan.Config, base) {
 			t.Errorf("a Dockerfile without ENV or WORKDIR: %+v, want its base's", plan.Config)
 		}
-		if plan, _ := df.Plan(Config{}, nil); !plan.Config.IsZero() {
+		if plan, _ := df.Plan(Config{}, nil); !reflect.DeepEqual(plan.Config, Config{}) {
 			t.Errorf("nothing set: %+v", plan.Config)
 		}
 	}
