@@ -107,12 +107,15 @@
 //	                                            fresh one, a fork's, after continue-as-new
 //	fork        —               SessionFork     pauses the lease, forks it (ForkLease) and starts
 //	                                            a new session on the fork; the lease stays paused
+//	snapshot    SessionSnapshot sandbox.Template keeps the lease as a template (SnapshotLease)
 //	close       —               SessionSummary  runs what is queued, destroys the lease, ends
 //	query state                 SessionState
 //
-// The execute and set_egress validators reject invalid input before it
-// enters history; a closing session rejects every Update
-// (SandboxSessionClosed).
+// The execute, set_egress and snapshot validators reject invalid input
+// before it enters history; a closing session rejects every Update
+// (SandboxSessionClosed). A session whose request has a Dockerfile (Image,
+// as Request's) runs EnsureTemplate before it performs its first Update,
+// which waits meanwhile, and makes every lease on the template.
 //
 // A forked session is a child with the parent-close policy ABANDON: it
 // outlives the session it was forked from, and whoever asked for the fork
