@@ -46,8 +46,9 @@ func (i Image) check(lease sandbox.LeaseSpec) error {
 // ensureTemplate builds the request's Dockerfile into a template, if it
 // has one, and points the run's lease spec at it, so that the first lease
 // and every fresh one are created on it — on a fleet, on the host that
-// keeps it (run.templateHost). It runs before any lease: a build that
-// fails leaves nothing to release, and fails the run.
+// keeps it (run.templateHost). It runs before any lease is created: a
+// build that fails fails the run, releasing only a lease it was given
+// (LeaseID), as any failed run does.
 func (r *run) ensureTemplate(ctx workflow.Context) (sandbox.Template, error) {
 	if r.req.Dockerfile == "" {
 		return sandbox.Template{}, nil
@@ -59,6 +60,11 @@ func (r *run) ensureTemplate(ctx workflow.Context) (sandbox.Template, error) {
 	opts.Summary = "ensure template " + spec.Name()
 	var template sandbox.Template
 	if err := executeActivity(ctx, opts, sandbox.Lease{}, activities.NameEnsureTemplate, spec, &template); err != nil {
+		if r.lease != nil {
+			if cleanupErr := r.release(ctx); cleanupErr != nil {
+				workflow.GetLogger(ctx).Warn("releasing the given lease failed", "lease", r.lease.ID, "error", cleanupErr)
+			}
+		}
 		if temporal.IsCanceledError(err) {
 			r.setPhase(ctx, PhaseCanceled)
 		} else {

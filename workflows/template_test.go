@@ -90,6 +90,22 @@ func TestRunCommandFailsTypedWhenTheTemplateFailsToBuild(t *testing.T) {
 	assert.Equal(t, PhaseFailed, h.queryState(t).Phase)
 }
 
+// A run given a lease (LeaseID) whose template fails to build releases
+// that lease, as any failed run does, and fails typed.
+func TestRunCommandReleasesItsGivenLeaseWhenTheTemplateFailsToBuild(t *testing.T) {
+	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
+		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
+	})
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := request("true")
+	req.Dockerfile, req.LeaseID = "FROM devbox:1\nRUN false\n", "sbx-9"
+	_, err := h.run(req)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, applicationErrorType(err))
+	assert.Equal(t, 1, *builds)
+	assert.Equal(t, PhaseFailed, h.queryState(t).Phase)
+}
+
 // A Dockerfile with a rootfs, or over the bound, fails as invalid input
 // before any activity.
 func TestRunCommandRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
