@@ -267,3 +267,32 @@ func TestASessionOnAFleetCarriesItsTemplatesHost(t *testing.T) {
 		activities.NameDestroyLease + " sbx-2@" + h2Queue,
 	}, f2.calls)
 }
+
+// A fork of a session on a fleet keeps making its leases on the template's
+// host: the forked session's fresh lease is made there too.
+func TestASessionsForkOnAFleetMakesItsLeasesOnTheTemplatesHost(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	f.cleanupFails["sbx-fork"] = true
+	u := &updates{h: &harness{env: f.env}}
+	got := u.send(time.Second, execCall("one"), updateCall{name: UpdateFork})
+	var forkRan, forkClosed updateOutcome
+	f.env.RegisterDelayedCallback(func() {
+		var fork SessionFork
+		got[1].decode(t, &fork)
+		require.NoError(t, f.env.UpdateWorkflowByID(fork.SessionID, UpdateExecute, "fork-exec", forkRan.callback(), SessionCommand{Command: sandbox.Command{Argv: []string{"two"}}}))
+		require.NoError(t, f.env.UpdateWorkflowByID(fork.SessionID, UpdateClose, "fork-close", forkClosed.callback()))
+	}, 1200*time.Millisecond)
+	u.send(2*time.Second, closeCall)
+	req := sessionRequest()
+	req.Dockerfile = bakedDockerfile
+	f.env.ExecuteWorkflow(SessionWorkflow, req)
+	require.True(t, f.env.IsWorkflowCompleted())
+	require.NoError(t, f.env.GetWorkflowError())
+
+	var two SessionResult
+	forkRan.decode(t, &two)
+	assert.Equal(t, "on h2", two.Stdout)
+	assert.Contains(t, f.calls, activities.NameAcquireFreshLease+" sbx-2@"+h2Queue, "the fork's fresh lease, on the template's host: %v", f.calls)
+	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
+}
