@@ -52,6 +52,7 @@ func (a *Activities) EnsureTemplate(ctx context.Context, spec sandbox.TemplateSp
 	if err != nil {
 		return sandbox.Template{}, fail(ctx, err)
 	}
+	template.Host = a.Host // on a fleet, only this host has it
 	return template, nil
 }
 
@@ -89,5 +90,6 @@ func (a *Activities) SnapshotLease(ctx context.Context, in SnapshotLeaseInput) (
 	if err != nil {
 		return sandbox.Template{}, fail(ctx, err)
 	}
+	template.Host = a.Host // the lease's, which keeps it
 	return template, nil
 }

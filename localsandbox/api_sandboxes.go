@@ -297,6 +297,9 @@ func (s *Server) validate(req *createSandboxRequest) (leaseSpec, error) {
 	if spec.rootfs, err = s.resolveImage(req.Rootfs); err != nil {
 		return leaseSpec{}, err
 	}
+	if s.images != nil {
+		spec.defaults = s.images.templates.config(spec.rootfs) // templates.go
+	}
 	return spec, nil
 }
 

@@ -2,10 +2,12 @@ package localsandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandboxflow/sandboxflow/sandbox"
 )
 
 // The templates API (docs/CREATEOS-API.md §3.11; templates.go builds and
@@ -47,10 +49,6 @@ func (t *tmpl) view(dockerfile bool) templateView {
 	return v
 }
 
-// templateNamePattern: a template's name is also a path segment and a
-// rootfs (no ':', so that no image name is ever one).
-var templateNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
-
 // maxDockerfileBytes bounds a Dockerfile.
 const maxDockerfileBytes = 64 << 10
 
@@ -79,11 +77,14 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
+	// The rule is the library's, which checks a name before anything is
+	// sent: one rule, held to this server's reserved names by
+	// TestTemplateNamesAreTheLibrarysRule.
+	var invalid *sandbox.InvalidInputError
+	if err := sandbox.CheckTemplateName("name", req.Name); errors.As(err, &invalid) {
+		return &apiError{http.StatusBadRequest, "name " + invalid.Reason}
+	}
 	switch {
-	case !templateNamePattern.MatchString(req.Name):
-		return badRequest("name must be 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', starting with a letter or digit")
-	case req.Name == hostImage || strings.HasPrefix(req.Name, "tpl-"):
-		return badRequest("name %q is reserved", req.Name)
 	case req.FromSandbox != "" && (req.Dockerfile != "" || req.Base != ""):
 		return badRequest("from_sandbox makes a template of a sandbox: dockerfile and base must be left out")
 	case req.FromSandbox == "" && strings.TrimSpace(req.Dockerfile) == "":

@@ -103,6 +103,7 @@ RUN echo "$GREETING $WHO" > /opt/marker && \
     pwd > where && echo built-ok
 USER nobody
 RUN id -un
+USER root
 `
 	id, lines, status := ts.buildTemplate("marker", dockerfile)
 	if status != templateReady {
@@ -236,6 +237,125 @@ RUN id -un
 	}
 }
 
+// The final ENV and WORKDIR of a template's Dockerfile hold in every lease
+// started from it — through exec and a managed process, beneath the
+// create's envs and a command's own env and cwd — in its forks, in the
+// templates built FROM it and in a snapshot of a lease on it (not the
+// create's envs: those are the lease's, and may be secrets), and after a
+// restart of the server.
+func TestTemplateEnvAndWorkdirHoldInItsLeases(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	root := filepath.Join(t.TempDir(), "root")
+	ts := startServer(t, Options{Root: root})
+	if _, lines, status := ts.buildTemplate("tooled", `FROM devbox:1
+ENV FOO=from-template BAR=bar-template
+ENV PATH=/opt/tool/bin:$PATH
+WORKDIR /app
+RUN mkdir -p /opt/tool/bin && printf '#!/bin/sh\necho tool-ran\n' > /opt/tool/bin/mytool && chmod +x /opt/tool/bin/mytool
+`); status != templateReady {
+		t.Fatalf("build: %s; log %q", status, lines)
+	}
+	const probe = `echo "$FOO $BAR"; pwd; mytool`
+	var a sandboxData
+	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": "tooled", "envs": map[string]string{"BAR": "from-create"}}, &a)
+	const want = "from-template from-create\n/app\ntool-ran\n"
+	if r := ts.exec(a.ID, probe); r.Stdout != want {
+		t.Errorf("exec in a lease on the template: %+v, want %q", r, want)
+	}
+	if out := ts.run(a.ID, probe); out.stdout.String() != want {
+		t.Errorf("a managed process in a lease on the template: %q (%q), want %q", out.stdout.String(), out.stderr.String(), want)
+	}
+	var own struct{ Result execResult }
+	ts.mustCall("POST", "/sandboxes/"+a.ID+"/exec", map[string]any{"cmd": "/bin/sh", "args": []string{"-c", probe},
+		"env": map[string]string{"FOO": "own"}, "cwd": "/tmp"}, &own)
+	if own.Result.Stdout != "own from-create\n/tmp\ntool-ran\n" {
+		t.Errorf("a command's own env and cwd: %+v", own.Result)
+	}
+
+	// A fork keeps them.
+	ts.mustCall("POST", "/sandboxes/"+a.ID+"/pause", nil, nil)
+	waitStatus(t, ts, a.ID, "paused")
+	if f, st := ts.forkAndWait(a.ID); st != "running" {
+		t.Errorf("fork: %s", st)
+	} else if r := ts.exec(f, probe); r.Stdout != want {
+		t.Errorf("a fork of a lease on the template: %+v", r)
+	}
+
+	// A template FROM it inherits them, in its build and its leases.
+	childDockerfile := "FROM tooled\nENV BAZ=$FOO-child\nRUN pwd; mytool\n"
+	_, lines, status := ts.buildTemplate("child", childDockerfile)
+	if status != templateReady || !slices.Contains(lines, "/app") || !slices.Contains(lines, "tool-ran") {
+		t.Fatalf("child build: %s; log %q", status, lines)
+	}
+	const childProbe = `echo "$FOO $BAZ $SECRET"; pwd; mytool`
+	const childWant = "from-template from-template-child \n/app\ntool-ran\n"
+	var c sandboxData
+	ts.mustCall("POST", "/sandboxes", map[string]any{"shape": "s-1vcpu-1gb", "rootfs": "child", "envs": map[string]string{"SECRET": "create-only"}}, &c)
+	if r := ts.exec(c.ID, childProbe); r.Stdout != "from-template from-template-child create-only\n/app\ntool-ran\n" {
+		t.Errorf("a lease on the child: %+v", r)
+	}
+
+	// A snapshot of that lease carries its template's, not its envs.
+	var snap templateView
+	ts.mustCall("POST", "/templates", map[string]any{"name": "snap", "from_sandbox": c.ID}, &snap)
+	s, code := ts.createOn("snap")
+	if code != http.StatusOK {
+		t.Fatalf("create on the snapshot: %d", code)
+	}
+	if r := ts.exec(s, childProbe); r.Stdout != childWant {
+		t.Errorf("a lease on the snapshot: %+v, want %q", r, childWant)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, templatesDir, snap.ID, "meta.json")); err != nil || strings.Contains(string(data), "create-only") {
+		t.Errorf("the snapshot's meta.json holds the create's envs (%v): %s", err, data)
+	}
+
+	// Restarted on the same root: they still hold.
+	if err := ts.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts = startServer(t, Options{Root: root})
+	for rootfs, want := range map[string]string{"tooled": "from-template bar-template\n/app\ntool-ran\n", "child": childWant, "snap": childWant} {
+		l, code := ts.createOn(rootfs)
+		if code != http.StatusOK {
+			t.Fatalf("create on %s after a restart: %d", rootfs, code)
+		}
+		probe := probe
+		if rootfs != "tooled" {
+			probe = childProbe
+		}
+		if out := ts.run(l, probe); out.stdout.String() != want {
+			t.Errorf("a lease on %s after a restart: %q (%q), want %q", rootfs, out.stdout.String(), out.stderr.String(), want)
+		}
+	}
+}
+
+// sandboxd refuses exactly the template names that the library's
+// sandbox.CheckTemplateName refuses, and that rule covers what the server
+// reserves: the host image's rootfs and the form of its template ids.
+func TestTemplateNamesAreTheLibrarysRule(t *testing.T) {
+	testenv.RequireRoot(t, "templates are images: namespace isolation needs a root server")
+	ts := startServer(t, Options{})
+	if sandbox.CheckTemplateName("name", hostImage) == nil {
+		t.Errorf("the library allows the host image's rootfs %q as a name", hostImage)
+	}
+	const notBuilt = "FROM devbox:1\nCOPY . /app\n" // fails before any step: nothing is built
+	for _, name := range []string{"a", "Z9", "a_b-c", strings.Repeat("x", 63), strings.Repeat("x", 64),
+		"", "-a", "_a", "a:b", "a.b", "a/b", "a b", "é", "host", "tpl-x", "tpl-", "tpl", "Host", "sf-0123456789abcdef"} {
+		libOK := sandbox.CheckTemplateName("name", name) == nil
+		var v templateView
+		code := ts.call("POST", "/templates", map[string]any{"name": name, "dockerfile": notBuilt}, &v)
+		if serverOK := code == http.StatusOK; serverOK != libOK || !libOK && code != http.StatusBadRequest {
+			t.Errorf("name %q: the server answers %d, the library's rule says ok=%v", name, code, libOK)
+		}
+		if code == http.StatusOK {
+			if sandbox.CheckTemplateName("name", v.ID) == nil {
+				t.Errorf("the server's template id %q is a name the library allows", v.ID)
+			}
+			ts.followTemplate(v.ID)
+		}
+	}
+}
+
 // A build stops at the first failing step, or before any for what the
 // subset does not have, and says which line; nothing of it is left.
 func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
@@ -247,6 +367,7 @@ func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
 		{"copy", "FROM devbox:1\nRUN echo never\nCOPY . /app\n", "line 3: COPY is not supported", "never"},
 		{"exit", "FROM devbox:1\nRUN echo first\nRUN echo oops >&2; exit 3\nRUN echo never\n", "line 3: RUN echo oops >&2; exit 3: exited with code 3", "never"},
 		{"from", "FROM nothing:here\nRUN true\n", `FROM nothing:here: unknown rootfs "nothing:here"`, "Step"},
+		{"user", "FROM devbox:1\nUSER nobody\nRUN echo never\n", "line 2: USER nobody: a template cannot end as another user than root", "never"},
 	} {
 		id, lines, status := ts.buildTemplate(c.name, c.dockerfile)
 		if status != templateFailed || !hasLine(lines, c.want) || hasLine(lines, c.never) {
@@ -281,8 +402,8 @@ func TestTemplateBuildFailsNamingTheStep(t *testing.T) {
 	}
 	var list struct{ Pagination struct{ Total int } }
 	ts.mustCall("GET", "/templates", nil, &list)
-	if list.Pagination.Total != 3 {
-		t.Errorf("%d templates, want the 3 failed ones", list.Pagination.Total)
+	if list.Pagination.Total != 4 {
+		t.Errorf("%d templates, want the 4 failed ones", list.Pagination.Total)
 	}
 }
 

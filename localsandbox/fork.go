@@ -112,7 +112,7 @@ func (s *Server) forkSpec(src *lease, req *forkRequest) (leaseSpec, error) {
 	src.mu.Lock()
 	keys, disk := src.sshPubkeys, src.diskMax
 	src.mu.Unlock()
-	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: disk, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id}
+	spec := leaseSpec{shape: src.shape, labels: labels, rootfs: src.rootfs, disk: disk, envs: src.envs, sshPubkeys: keys, net: src.netSpec, forkedFrom: src.id, defaults: src.defaults}
 	if req.SSHPubkeys != nil {
 		if spec.sshPubkeys, err = mergeSSHPubkeys(nil, req.SSHPubkeys); err != nil {
 			return leaseSpec{}, err

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/machine"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/network"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/proctree"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/template"
 )
 
 // Lease states, as the protocol names them.
@@ -70,6 +71,10 @@ type lease struct {
 	name       string
 	envs       map[string]string
 	forkedFrom string // the source of a fork
+	// defaults are what the Dockerfile of the lease's template left set
+	// (its ENV beneath envs, its WORKDIR), fixed at create: env and
+	// resolveCwd.
+	defaults template.Config
 
 	sshPubkeys []string // stored and shown (api_sshkeys.go); guarded by mu
 
@@ -114,6 +119,7 @@ type leaseSpec struct {
 	envs       map[string]string // checked by checkEnv
 	sshPubkeys []string          // checked by checkSSHPubkey
 	forkedFrom string            // the source of a fork
+	defaults   template.Config   // the template's (templateStore.config)
 }
 
 // newLease creates the lease's directories and, in namespace mode, starts
@@ -156,6 +162,7 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		envs:       spec.envs,
 		sshPubkeys: spec.sshPubkeys,
 		forkedFrom: spec.forkedFrom,
+		defaults:   spec.defaults,
 	}
 	l.workspaceHost = filepath.Join(l.dir, leaseinit.WorkspaceDir)
 	l.tmpHost = filepath.Join(l.dir, leaseinit.TmpDir)
@@ -344,13 +351,21 @@ func (l *lease) hostRoots() []int {
 	return t.Children(m.Pid())
 }
 
+// standardEnv are the variables every command of the lease has, beneath
+// all others; a template's ENV may name them ($PATH).
+func (l *lease) standardEnv() map[string]string {
+	return map[string]string{"PATH": sandboxPath, "HOME": l.workspace, "LANG": "C.UTF-8", "TMPDIR": l.tmp}
+}
+
 // env is the environment a command starts with: the lease's standard
-// variables, overridden by its envs, overridden by the command's own
-// (extra). Nothing of the server's own environment (which may hold its API
-// key) reaches them, and nothing overrides the root marker of
-// process-group mode, by which a later server finds what this one left.
+// variables, overridden by its template's ENV, by its envs, by the
+// command's own (extra). Nothing of the server's own environment (which
+// may hold its API key) reaches them, and nothing overrides the root
+// marker of process-group mode, by which a later server finds what this
+// one left.
 func (l *lease) env(extra map[string]string) []string {
-	vars := map[string]string{"PATH": sandboxPath, "HOME": l.workspace, "LANG": "C.UTF-8", "TMPDIR": l.tmp}
+	vars := l.standardEnv()
+	maps.Copy(vars, l.defaults.Env)
 	maps.Copy(vars, l.envs)
 	maps.Copy(vars, extra)
 	delete(vars, rootMarkerEnv)
@@ -365,8 +380,12 @@ func (l *lease) env(extra map[string]string) []string {
 }
 
 // resolveCwd returns the working directory for cwd as the lease's processes
-// see the file system: relative paths start at the workspace.
+// see the file system: none is its template's WORKDIR, else the
+// workspace; relative paths start at the workspace.
 func (l *lease) resolveCwd(cwd string) string {
+	if cwd == "" && l.defaults.WorkDir != "" {
+		return l.defaults.WorkDir
+	}
 	if cwd == "" {
 		return l.workspace
 	}

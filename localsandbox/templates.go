@@ -27,7 +27,9 @@ import (
 // A template is its base image plus read-only build layers: a create whose
 // rootfs names the template (by id or name) mounts the image, the build
 // layers of the templates it was built from and its own, as lower layers of
-// the lease's overlay — nothing is copied. The build of a template runs
+// the lease's overlay — nothing is copied — and starts with the template's
+// Config (the final ENV and WORKDIR of its Dockerfile over its base's, kept
+// in meta.json; lease.env, lease.resolveCwd). The build of a template runs
 // each step of its Dockerfile (package template) in a build lease started
 // from its FROM, with the operator's egress cap like any lease; the lease
 // is then frozen and what it wrote over its image, its root's upper layer,
@@ -110,6 +112,11 @@ type templateMeta struct {
 	// FromSandbox is the sandbox a snapshot copied ([ext]); such a
 	// template keeps that sandbox's /workspace too (workspaceDir).
 	FromSandbox string `json:"from_sandbox,omitempty"`
+	// Config is what the leases started from the template, and the
+	// templates built FROM it, start with [ext]: the final ENV and
+	// WORKDIR of its Dockerfile over its base's, or a snapshot's
+	// sandbox's own (ready templates only).
+	Config template.Config `json:"config,omitzero"`
 }
 
 // logEvent is a line of a build's log, as the follow stream sends it.
@@ -344,6 +351,15 @@ func (st *templateStore) readyLocked(id string) (templateMeta, bool) {
 	return meta, ok
 }
 
+// config is what a lease on rootfs starts with: the Config of the ready
+// template rootfs (live or retired), or none for an image.
+func (st *templateStore) config(rootfs string) template.Config {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	meta, _ := st.readyLocked(rootfs)
+	return meta.Config
+}
+
 // layers are the host directories of the build layers of the ready
 // template id (live or retired), bottom first, and its image.
 func (st *templateStore) layers(id string) (image string, dirs []string, ok bool) {
@@ -528,7 +544,7 @@ func (s *Server) runBuild(ctx context.Context, t *tmpl) error {
 	if from == "" {
 		from = t.meta.Base
 	}
-	rootfs, image, chain, err := s.resolveBuildBase(from)
+	rootfs, image, chain, base, err := s.resolveBuildBase(from)
 	if err != nil {
 		return err
 	}
@@ -566,8 +582,15 @@ func (s *Server) runBuild(ctx context.Context, t *tmpl) error {
 			s.log.Warn("destroying a template's build sandbox failed", "template", t.meta.ID, "sandbox", l.id, "err", err)
 		}
 	}()
-	for i, step := range df.Steps {
-		t.logf("info", "Step %d/%d (line %d): %s", i+1, len(df.Steps), step.Line, step.Text)
+	// The build lease has no defaults of its own: each step carries the
+	// variables, directory and user of the instructions before it, over
+	// the base's Config.
+	plan, err := df.Plan(base, l.standardEnv())
+	if err != nil {
+		return err
+	}
+	for i, step := range plan.Steps {
+		t.logf("info", "Step %d/%d (line %d): %s", i+1, len(plan.Steps), step.Line, step.Text)
 		code, err := s.runStep(ctx, t, l, step)
 		if err != nil {
 			return fmt.Errorf("line %d: %s: %w", step.Line, clip(step.Text, 200), err)
@@ -589,6 +612,7 @@ func (s *Server) runBuild(ctx context.Context, t *tmpl) error {
 	}
 	t.mu.Lock()
 	t.meta.SizeBytes, t.meta.Image, t.meta.Chain = size, image, append(slices.Clone(chain), t.meta.ID)
+	t.meta.Config = plan.Config
 	t.mu.Unlock()
 	return nil
 }
@@ -606,10 +630,11 @@ func (s *Server) imageOwner() machine.Owner {
 // resolveBuildBase is what a build starts from: an image of the server's
 // (not the host image: a template is an image of its own) or a ready
 // template; rootfs is the build lease's, image and chain the new
-// template's bottom and the layers below its own.
-func (s *Server) resolveBuildBase(from string) (rootfs, image string, chain []string, err error) {
+// template's bottom and the layers below its own, base the Config it
+// inherits.
+func (s *Server) resolveBuildBase(from string) (rootfs, image string, chain []string, base template.Config, err error) {
 	if from == hostImage {
-		return "", "", nil, errors.New("FROM host is not supported: a template builds on an image or another template")
+		return "", "", nil, base, errors.New("FROM host is not supported: a template builds on an image or another template")
 	}
 	rootfs, err = s.resolveImage(from)
 	if err != nil {
@@ -617,18 +642,18 @@ func (s *Server) resolveBuildBase(from string) (rootfs, image string, chain []st
 		if errors.As(err, &ae) {
 			err = errors.New(ae.msg)
 		}
-		return "", "", nil, fmt.Errorf("FROM %s: %w", clip(from, maxEcho), err)
+		return "", "", nil, base, fmt.Errorf("FROM %s: %w", clip(from, maxEcho), err)
 	}
 	if meta, ok := s.images.templates.ready(rootfs); ok {
 		if len(meta.Chain) >= maxTemplateDepth {
-			return "", "", nil, fmt.Errorf("FROM %s: a template is at most %d templates deep", clip(from, maxEcho), maxTemplateDepth)
+			return "", "", nil, base, fmt.Errorf("FROM %s: a template is at most %d templates deep", clip(from, maxEcho), maxTemplateDepth)
 		}
-		return rootfs, meta.Image, meta.Chain, nil
+		return rootfs, meta.Image, meta.Chain, meta.Config, nil
 	}
 	if rootfs == hostImage { // the default image is the host's
-		return "", "", nil, errors.New("FROM: the server's default image is the host image: a template builds on an image or another template")
+		return "", "", nil, base, errors.New("FROM: the server's default image is the host image: a template builds on an image or another template")
 	}
-	return rootfs, rootfs, nil, nil
+	return rootfs, rootfs, nil, base, nil
 }
 
 // runStep runs one step in the build lease, its output into the log, and
@@ -744,6 +769,7 @@ func (s *Server) snapshotLease(name, id string) (*tmpl, error) {
 	// snapshot is not made.
 	t.mu.Lock()
 	t.meta.Image, t.meta.Chain, t.meta.FromSandbox = image, append(slices.Clone(chain), t.meta.ID), l.id
+	t.meta.Config = l.defaults // its template's, not its envs: those are the create's, and may be secrets
 	t.mu.Unlock()
 	st.mu.Lock()
 	_, baseLive := st.byID[l.rootfs]

@@ -49,6 +49,10 @@ func (s TemplateSpec) Name() string {
 type Template struct {
 	ID   string `json:"templateId"`
 	Name string `json:"name"`
+	// Host is the sandbox host that keeps the template, on a fleet of
+	// hosts (each keeps its own templates), as Lease.Host is a lease's;
+	// empty otherwise.
+	Host string `json:"host,omitempty"`
 }
 
 // TemplateBuilder is the optional part of a Provider that builds templates
@@ -96,10 +100,12 @@ type LeaseSnapshotter interface {
 	SnapshotLease(ctx context.Context, leaseID, name string) (Template, error)
 }
 
-// CheckTemplateName checks a template's name as the sandbox server does:
-// 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', first a letter or
-// digit, not starting with "tpl-" (the server's ids). It returns a
-// *InvalidInputError naming field.
+// CheckTemplateName checks a template's name: 1 to 63 characters of A-Z,
+// a-z, 0-9, '_' or '-', first a letter or digit (a path segment and a
+// rootfs, with no ':' so that no image's name is ever one), neither
+// "host" (the host image's rootfs) nor starting with "tpl-" (the
+// server's ids). sandboxd checks names with it too: one rule. It returns
+// a *InvalidInputError naming field.
 func CheckTemplateName(field, name string) error {
 	if !templateNamePattern.MatchString(name) || strings.HasPrefix(name, "tpl-") || name == "host" {
 		return &InvalidInputError{Field: field, Reason: "must be 1 to 63 characters of A-Z, a-z, 0-9, '_' or '-', starting with a letter or digit, neither \"host\" nor starting with \"tpl-\""}

@@ -33,6 +33,9 @@ type UpdateSessionInput struct {
 	Command *SessionCommand `json:"command,omitempty"`
 	// Egress is the input of UpdateSetEgress.
 	Egress *SessionEgress `json:"egress,omitempty"`
+	// Snapshot is the input of UpdateSnapshot (none: a name of the
+	// session's choosing).
+	Snapshot *SessionSnapshot `json:"snapshot,omitempty"`
 }
 
 // UpdateSessionOutput is what the Update returned: the field of its kind.
@@ -41,6 +44,8 @@ type UpdateSessionOutput struct {
 	State   *SessionState   `json:"state,omitempty"`
 	Summary *SessionSummary `json:"summary,omitempty"`
 	Fork    *SessionFork    `json:"fork,omitempty"`
+	// Template is what UpdateSnapshot returned.
+	Template *sandbox.Template `json:"template,omitempty"`
 }
 
 // updateSession is the UpdateSession activity. Its Update id is derived
@@ -79,6 +84,13 @@ func updateSession(ctx context.Context, in UpdateSessionInput) (UpdateSessionOut
 	case UpdateFork:
 		out.Fork = &SessionFork{}
 		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateFork, out.Fork)
+	case UpdateSnapshot:
+		var snapshot SessionSnapshot
+		if in.Snapshot != nil {
+			snapshot = *in.Snapshot
+		}
+		out.Template = &sandbox.Template{}
+		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateSnapshot, out.Template, snapshot)
 	case UpdateClose:
 		out.Summary = &SessionSummary{}
 		err = sessionupdate.Send(ctx, c, in.SessionID, updateID, UpdateClose, out.Summary)

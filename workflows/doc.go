@@ -107,12 +107,15 @@
 //	                                            fresh one, a fork's, after continue-as-new
 //	fork        —               SessionFork     pauses the lease, forks it (ForkLease) and starts
 //	                                            a new session on the fork; the lease stays paused
+//	snapshot    SessionSnapshot sandbox.Template keeps the lease as a template (SnapshotLease)
 //	close       —               SessionSummary  runs what is queued, destroys the lease, ends
 //	query state                 SessionState
 //
-// The execute and set_egress validators reject invalid input before it
-// enters history; a closing session rejects every Update
-// (SandboxSessionClosed).
+// The execute, set_egress and snapshot validators reject invalid input
+// before it enters history; a closing session rejects every Update
+// (SandboxSessionClosed). A session whose request has a Dockerfile (Image,
+// as Request's) runs EnsureTemplate before it performs its first Update,
+// which waits meanwhile, and makes every lease on the template.
 //
 // A forked session is a child with the parent-close policy ABANDON: it
 // outlives the session it was forked from, and whoever asked for the fork
@@ -146,8 +149,10 @@
 // (fleet.go):
 //
 //	activity                            task queue
-//	CreateLease, AcquireFreshLease      PlacementTaskQueue(shared): any host with room,
-//	  (placement)                         whichever polls first
+//	CreateLease, AcquireFreshLease,     PlacementTaskQueue(shared): any host with room,
+//	  EnsureTemplate (placement)          whichever polls first
+//	CreateLease, AcquireFreshLease      HostTaskQueue(shared, template's host): each host
+//	  of a run on a Dockerfile            keeps its own templates
 //	every activity on a lease           HostTaskQueue(shared, lease.Host): the lease's host,
 //	  (Execute, DestroyLease, pause,      with a schedule-to-start timeout
 //	  resume, fork, egress)               (DefaultHostStartTimeout)
@@ -160,6 +165,12 @@
 // existing lease on a fleet names its host too (Request.LeaseHost);
 // without it the run fails as SandboxInvalidInput. Off a fleet, a lease
 // names no host and every activity runs where it always did.
+//
+// A run or session with a Dockerfile builds its template once, on the host
+// that takes EnsureTemplate, which names itself on the template
+// (sandbox.Template.Host); every lease of the run is then created on that
+// host, the only one that has the template, and a session carries the
+// host across continue-as-new and into its forks.
 //
 // Placement is Temporal's: a host polls the placement queue only while it
 // holds fewer leases than its capacity, so a full host takes no create and

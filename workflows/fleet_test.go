@@ -45,13 +45,18 @@ type fleet struct {
 	lost map[string]bool
 	// beforeDestroy, if set, runs before each DestroyLease.
 	beforeDestroy func()
+	// rootfs records the Rootfs of each lease made, in turn.
+	rootfs []string
+	// cleanupFails holds the leases whose Execute fails with a
+	// SandboxCleanupError: compensation replaces them.
+	cleanupFails map[string]bool
 }
 
 // newFleet runs on a fleet of the given hosts, or, with none, on a single
 // sandbox service as a plain worker does (leases without a host).
 func newFleet(t *testing.T, hosts ...string) *fleet {
 	var suite testsuite.WorkflowTestSuite
-	f := &fleet{t: t, env: suite.NewTestWorkflowEnvironment(), hosts: hosts, lost: map[string]bool{}}
+	f := &fleet{t: t, env: suite.NewTestWorkflowEnvironment(), hosts: hosts, lost: map[string]bool{}, cleanupFails: map[string]bool{}}
 	f.env.SetStartWorkflowOptions(client.StartWorkflowOptions{TaskQueue: fleetQueue})
 	if len(hosts) > 0 {
 		f.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{FleetInterceptor()}})
@@ -60,24 +65,40 @@ func newFleet(t *testing.T, hosts ...string) *fleet {
 	}
 	RegisterWorkflows(f.env)
 	(&activities.Activities{}).Register(f.env) // mocked below
-	place := func(ctx context.Context) (sandbox.Lease, error) {
+	// A lease is placed on the hosts in turn, or made on the host whose
+	// queue the create came to.
+	place := func(ctx context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		host := f.hostOfQueue(activity.GetInfo(ctx).TaskQueue)
+		if f.lost[host] { // nobody takes a create on a lost host's queue
+			f.calls = append(f.calls, fmt.Sprintf("%s @%s", activity.GetInfo(ctx).ActivityType.Name, activity.GetInfo(ctx).TaskQueue))
+			return sandbox.Lease{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+		}
 		f.placed++
-		lease := sandbox.Lease{ID: fmt.Sprintf("sbx-%d", f.placed), Host: f.hosts[(f.placed-1)%len(f.hosts)], Workspace: "/workspace", Status: sandbox.StatusRunning}
+		f.rootfs = append(f.rootfs, spec.Rootfs)
+		if host == "" {
+			host = f.hosts[(f.placed-1)%len(f.hosts)]
+		}
+		lease := sandbox.Lease{ID: fmt.Sprintf("sbx-%d", f.placed), Host: host, Workspace: "/workspace", Status: sandbox.StatusRunning}
 		f.calls = append(f.calls, fmt.Sprintf("%s %s@%s", activity.GetInfo(ctx).ActivityType.Name, lease.ID, activity.GetInfo(ctx).TaskQueue))
 		return lease, nil
 	}
 	f.env.OnActivity(activities.NameCreateLease, mock.Anything, mock.Anything).
-		Return(func(ctx context.Context, _ activities.CreateLeaseInput) (sandbox.Lease, error) { return place(ctx) })
+		Return(func(ctx context.Context, in activities.CreateLeaseInput) (sandbox.Lease, error) {
+			return place(ctx, in.Spec)
+		})
 	f.env.OnActivity(activities.NameAcquireFreshLease, mock.Anything, mock.Anything).
-		Return(func(ctx context.Context, _ activities.AcquireFreshLeaseInput) (sandbox.Lease, error) {
-			return place(ctx)
+		Return(func(ctx context.Context, in activities.AcquireFreshLeaseInput) (sandbox.Lease, error) {
+			return place(ctx, in.Spec)
 		})
 	f.env.OnActivity(activities.NameExecute, mock.Anything, mock.Anything).
 		Return(func(ctx context.Context, in activities.ExecuteInput) (sandbox.Result, error) {
 			if err := f.call(ctx, in.Lease.ID); err != nil {
 				return sandbox.Result{}, err
+			}
+			if f.cleanupFails[in.Lease.ID] {
+				return sandbox.Result{}, activities.Failure(&sandbox.CleanupError{Reason: sandbox.TerminationUnconfirmed, LeaseID: in.Lease.ID, ProcessID: "p"})
 			}
 			return sandbox.Result{ProcessID: "p", Stdout: "on " + in.Lease.Host}, nil
 		})
@@ -101,6 +122,15 @@ func newFleet(t *testing.T, hosts ...string) *fleet {
 			return sandbox.Lease{ID: "sbx-fork", Host: f.hostOf(ctx), Workspace: "/workspace"}, f.call(ctx, in.SourceID)
 		})
 	return f
+}
+
+// expectTemplate answers EnsureTemplate with the template tpl-7, kept on
+// host, as that host's worker would; the call is recorded.
+func (f *fleet) expectTemplate(host string) {
+	f.env.OnActivity(activities.NameEnsureTemplate, mock.Anything, mock.Anything).
+		Return(func(ctx context.Context, spec sandbox.TemplateSpec) (sandbox.Template, error) {
+			return sandbox.Template{ID: "tpl-7", Name: spec.Name(), Host: host}, f.call(ctx, "")
+		})
 }
 
 // call records an activity on a lease, and fails it as a dead host's

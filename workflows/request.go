@@ -26,12 +26,8 @@ type Request struct {
 	SecretEnv map[string]string `json:"secretEnv,omitempty"`
 	// Lease describes the sandbox to create, and every fresh one.
 	Lease sandbox.LeaseSpec `json:"lease,omitzero"`
-	// Dockerfile, when set, is built into a template before the first
-	// lease (activities.NameEnsureTemplate), once per content: every
-	// lease of the run is created on it (its Lease.Rootfs is the
-	// template's id), so Lease.Rootfs must be empty. At most
-	// sandbox.MaxDockerfileBytes; its FROM names the image it builds on.
-	Dockerfile string `json:"dockerfile,omitempty"`
+	// Image holds Dockerfile, an image of the run's own.
+	Image
 	// LeaseID, when set, runs the command on this existing lease instead of
 	// creating one. If that lease turns out to be unusable, compensation
 	// replaces it with a fresh lease made from Lease, like any other.
@@ -93,7 +89,7 @@ func (r Request) Validate() error {
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
 		return err
 	}
-	if err := r.checkDockerfile(); err != nil {
+	if err := r.Image.check(r.Lease); err != nil {
 		return err
 	}
 	for variable, secret := range r.SecretEnv {
@@ -110,17 +106,6 @@ func (r Request) Validate() error {
 	// The request is workflow input (or an execute Update's argument) and
 	// Execute's input: one payload each, so it must fit one.
 	return sandbox.CheckPayloadSize("request", r)
-}
-
-// checkDockerfile checks Dockerfile, when set, before any activity.
-func (r Request) checkDockerfile() error {
-	if r.Dockerfile == "" {
-		return nil
-	}
-	if r.Lease.Rootfs != "" {
-		return &sandbox.InvalidInputError{Field: "dockerfile", Reason: "names the image of the lease, as lease.rootfs does: set one of them"}
-	}
-	return sandbox.TemplateSpec{Dockerfile: r.Dockerfile}.Validate()
 }
 
 func (r Request) maxFreshLeases() int {

@@ -105,6 +105,10 @@ type run struct {
 	// resultKnown, if set, learns the command's Result as soon as the
 	// command has ended, before the lease is released.
 	resultKnown func(Result)
+	// templateHost is the host that keeps the template of the run's
+	// leases, on a fleet: they are created there, not placed
+	// (ensureTemplate).
+	templateHost string
 }
 
 func newRun(req Request, runKey string) *run {
@@ -131,12 +135,7 @@ func (r *run) run(ctx workflow.Context) (Result, error) {
 	if err := checkLeaseHost(ctx, r.lease); err != nil {
 		return Result{}, err
 	}
-	if err := r.ensureTemplate(ctx); err != nil {
-		if temporal.IsCanceledError(err) {
-			r.setPhase(ctx, PhaseCanceled)
-		} else {
-			r.setPhase(ctx, PhaseFailed)
-		}
+	if _, err := r.ensureTemplate(ctx); err != nil {
 		return Result{}, err
 	}
 	result, err := r.runWithCompensation(ctx)
@@ -220,7 +219,7 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 		r.setPhase(ctx, PhaseCreatingLease)
 		opts := r.options.createLease
 		opts.Summary = "create lease" + describeSpec(r.req.Lease)
-		err = executeActivity(ctx, opts, sandbox.Lease{}, activities.NameCreateLease,
+		err = executeActivity(ctx, opts, sandbox.Lease{Host: r.templateHost}, activities.NameCreateLease,
 			activities.CreateLeaseInput{Spec: r.req.Lease, RunKey: r.runKey, Generation: generation}, &lease)
 	} else {
 		r.setPhase(ctx, PhaseCompensating)
@@ -232,7 +231,7 @@ func (r *run) acquire(ctx workflow.Context, fresh int, replacing string) error {
 		if replacing != "" {
 			opts.Summary += " replacing " + replacing
 		}
-		err = executeActivity(ctx, opts, sandbox.Lease{}, activities.NameAcquireFreshLease,
+		err = executeActivity(ctx, opts, sandbox.Lease{Host: r.templateHost}, activities.NameAcquireFreshLease,
 			// No Replacing: the lease given up is destroyed already
 			// (compensation.giveUp); destroying it again on every attempt
 			// would only cost requests.
@@ -336,7 +335,9 @@ func (r *run) release(ctx workflow.Context) error {
 	defer cancel()
 	r.setPhase(ctx, PhaseCleaningUp)
 	in := activities.DestroyLeaseInput{RunKey: r.runKey}
-	var lease sandbox.Lease // where the sweep runs: the lease's host, if any
+	// Where the sweep runs: the lease's host, else the host where the
+	// run's leases are made (its template's), if any.
+	lease := sandbox.Lease{Host: r.templateHost}
 	if r.lease != nil {
 		lease = *r.lease
 	}

@@ -52,7 +52,12 @@ func SessionWorkflow(ctx workflow.Context, req SessionRequest) (SessionSummary, 
 	if err := checkLeaseHost(ctx, s.r.lease); err != nil {
 		return SessionSummary{}, err
 	}
+	// Handlers first: Updates sent with the start wait while the
+	// template builds, instead of being refused for want of a handler.
 	if err := s.register(ctx); err != nil {
+		return SessionSummary{}, err
+	}
+	if err := s.ensureTemplate(ctx); err != nil {
 		return SessionSummary{}, err
 	}
 	return s.serve(ctx)
@@ -127,6 +132,7 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 	}
 	s.r = newRun(Request{
 		Lease:           req.Lease,
+		Image:           req.Image,
 		LeaseID:         req.LeaseID,
 		LeaseHost:       req.LeaseHost,
 		MaxFreshLeases:  req.MaxFreshLeases,
@@ -141,6 +147,7 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 		s.r.state.FreshLeases = carried.FreshLeases
 		s.r.state.DestroyedLeases = carried.DestroyedLeases
 		s.r.state.LostLeases = carried.LostLeases
+		s.r.templateHost = carried.TemplateHost
 	}
 	s.r.publisher.enabled = true
 	s.r.publisher.searchAttributes = workflow.GetTypedSearchAttributes(ctx).
@@ -150,6 +157,20 @@ func newSession(ctx workflow.Context, req SessionRequest) *session {
 	s.r.publisher.executingIsIdle = s.steady
 	s.lastActive = workflow.Now(ctx)
 	return s
+}
+
+// ensureTemplate builds the session's Dockerfile, if it has one, before
+// the session performs an Update or takes a lease, as RunCommand does; a
+// build that fails fails the session. From then on
+// the session's request names the template (Lease.Rootfs) instead, so that
+// the runs it continues as do not ask again.
+func (s *session) ensureTemplate(ctx workflow.Context) error {
+	template, err := s.r.ensureTemplate(ctx)
+	if err != nil || template.ID == "" {
+		return err
+	}
+	s.req.Lease.Rootfs, s.req.Dockerfile = template.ID, ""
+	return nil
 }
 
 // register installs the query and the Update handlers. Every handler only
@@ -508,6 +529,7 @@ func (s *session) carry() SessionRequest {
 		DestroyedLeases: lastLeases(s.r.state.DestroyedLeases),
 		LostLeases:      lastLeases(s.r.state.LostLeases),
 		Answered:        s.answers,
+		TemplateHost:    s.r.templateHost,
 	}
 	return next
 }

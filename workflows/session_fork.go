@@ -43,7 +43,7 @@ func (s *session) fork(ctx workflow.Context) (SessionFork, error) {
 	out := SessionFork{SessionID: workflow.GetInfo(ctx).WorkflowExecution.ID + "/fork-" + strings.ToLower(key[:10])}
 	next := s.req
 	next.LeaseID = ""
-	next.Carried = &SessionCarried{RunKey: key}
+	next.Carried = &SessionCarried{RunKey: key, TemplateHost: s.r.templateHost}
 	if err := s.pause(ctx); err != nil {
 		return SessionFork{}, err
 	}

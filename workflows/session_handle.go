@@ -112,6 +112,23 @@ func (s Session) Fork(ctx workflow.Context) (Session, error) {
 	return Session{ID: out.Fork.SessionID}, nil
 }
 
+// Snapshot keeps the session's lease as a template, after the commands
+// already queued, and returns it: later leases whose Lease.Rootfs names it
+// start from its files, /workspace included (UpdateSnapshot). The lease is
+// left running or paused as it was. An invalid name fails with
+// SandboxInvalidInput before anything is recorded; an empty one is of the
+// session's choosing, the same on a retry of the call.
+func (s Session) Snapshot(ctx workflow.Context, in SessionSnapshot) (sandbox.Template, error) {
+	if err := in.Validate(); err != nil {
+		return sandbox.Template{}, activities.Failure(err)
+	}
+	var out UpdateSessionOutput
+	if err := s.update(ctx, UpdateSessionInput{SessionID: s.ID, Update: UpdateSnapshot, Snapshot: &in}, 0, &out); err != nil || out.Template == nil {
+		return sandbox.Template{}, err
+	}
+	return *out.Template, nil
+}
+
 // Close runs the commands already queued, destroys the lease and ends the
 // session.
 func (s Session) Close(ctx workflow.Context) (SessionSummary, error) {

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 	"go.uber.org/mock/gomock"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -91,4 +93,54 @@ func TestSessionSnapshotRejectsABadNameAndNeedsALease(t *testing.T) {
 	require.True(t, got[1].completed)
 	assert.Equal(t, sandbox.TypeInvalidInput, applicationErrorType(got[1].err))
 	assert.Empty(t, calls())
+}
+
+// snapshotOf is a workflow that embeds sessions: it keeps the session
+// sess-1 as a template through the session handle.
+func snapshotOf(ctx workflow.Context, in SessionSnapshot) (sandbox.Template, error) {
+	return AttachSession("sess-1").Snapshot(ctx, in)
+}
+
+// A workflow keeps a session's lease as a template through its handle:
+// the UpdateSession activity sends the snapshot Update with the name, and
+// the template comes back; a name the server would refuse fails as
+// invalid input before the activity is scheduled.
+func TestSessionHandleSnapshot(t *testing.T) {
+	for name, c := range map[string]struct {
+		in       SessionSnapshot
+		calls    int
+		wantType string
+	}{
+		"named":   {in: SessionSnapshot{Name: "mine"}, calls: 1},
+		"unnamed": {in: SessionSnapshot{}, calls: 1},
+		"bad":     {in: SessionSnapshot{Name: "tpl-x"}, wantType: sandbox.TypeInvalidInput},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestWorkflowEnvironment()
+			RegisterWorkflows(env)
+			env.RegisterWorkflow(snapshotOf)
+			calls := 0
+			env.OnActivity(NameUpdateSession, mock.Anything, mock.Anything).Return(
+				func(_ context.Context, in UpdateSessionInput) (UpdateSessionOutput, error) {
+					calls++
+					assert.Equal(t, "sess-1", in.SessionID)
+					assert.Equal(t, UpdateSnapshot, in.Update)
+					require.NotNil(t, in.Snapshot)
+					assert.Equal(t, c.in, *in.Snapshot)
+					return UpdateSessionOutput{Template: &sandbox.Template{ID: "tpl-1", Name: "mine"}}, nil
+				})
+			env.ExecuteWorkflow(snapshotOf, c.in)
+			require.True(t, env.IsWorkflowCompleted())
+			assert.Equal(t, c.calls, calls)
+			if c.wantType != "" {
+				assert.Equal(t, c.wantType, applicationErrorType(env.GetWorkflowError()))
+				return
+			}
+			require.NoError(t, env.GetWorkflowError())
+			var got sandbox.Template
+			require.NoError(t, env.GetWorkflowResult(&got))
+			assert.Equal(t, sandbox.Template{ID: "tpl-1", Name: "mine"}, got)
+		})
+	}
 }

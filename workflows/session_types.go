@@ -63,6 +63,10 @@ const TypeSessionClosed = sandbox.TypeSessionClosed
 type SessionRequest struct {
 	// Lease describes the sandbox to create, and every fresh one.
 	Lease sandbox.LeaseSpec `json:"lease,omitzero"`
+	// Image holds Dockerfile, an image of the session's own, built
+	// before the session takes its first lease, as in Request; a
+	// session continued as new carries the template instead.
+	Image
 	// LeaseID, when set, starts the session on this existing lease instead
 	// of creating one. The session owns it from then on: it is destroyed
 	// when the session closes.
@@ -128,6 +132,9 @@ type SessionCarried struct {
 	DestroyedLeases []string `json:"destroyedLeases,omitempty"`
 	// LostLeases keeps the last few leases left to their lost hosts.
 	LostLeases []string `json:"lostLeases,omitempty"`
+	// TemplateHost is the host that keeps the template of the session's
+	// leases (Image), on a fleet of sandbox hosts.
+	TemplateHost string `json:"templateHost,omitempty"`
 	// Answered are the last execute Updates answered, so that a repeat
 	// of one on the next run gets its answer instead of running again.
 	Answered []AnsweredUpdate `json:"answered,omitempty"`
@@ -142,6 +149,9 @@ func (r SessionRequest) Validate() error {
 		return inField("lease", err)
 	}
 	if err := checkLease(r.LeaseID, r.LeaseHost); err != nil {
+		return err
+	}
+	if err := r.Image.check(r.Lease); err != nil {
 		return err
 	}
 	if r.CommandsPerRun < 0 {

@@ -2,13 +2,17 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 	"go.uber.org/mock/gomock"
 
 	"github.com/sandboxflow/sandboxflow/activities"
@@ -86,12 +90,28 @@ func TestRunCommandFailsTypedWhenTheTemplateFailsToBuild(t *testing.T) {
 	assert.Equal(t, PhaseFailed, h.queryState(t).Phase)
 }
 
+// A run given a lease (LeaseID) whose template fails to build releases
+// that lease, as any failed run does, and fails typed.
+func TestRunCommandReleasesItsGivenLeaseWhenTheTemplateFailsToBuild(t *testing.T) {
+	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
+		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
+	})
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := request("true")
+	req.Dockerfile, req.LeaseID = "FROM devbox:1\nRUN false\n", "sbx-9"
+	_, err := h.run(req)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, applicationErrorType(err))
+	assert.Equal(t, 1, *builds)
+	assert.Equal(t, PhaseFailed, h.queryState(t).Phase)
+}
+
 // A Dockerfile with a rootfs, or over the bound, fails as invalid input
 // before any activity.
 func TestRunCommandRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
 	for name, req := range map[string]Request{
-		"with rootfs": {Command: sandbox.Command{Argv: []string{"true"}}, Lease: sandbox.LeaseSpec{Rootfs: "devbox:1"}, Dockerfile: bakedDockerfile},
-		"too big":     {Command: sandbox.Command{Argv: []string{"true"}}, Dockerfile: strings.Repeat("#", sandbox.MaxDockerfileBytes+1)},
+		"with rootfs": {Command: sandbox.Command{Argv: []string{"true"}}, Lease: sandbox.LeaseSpec{Rootfs: "devbox:1"}, Image: Image{Dockerfile: bakedDockerfile}},
+		"too big":     {Command: sandbox.Command{Argv: []string{"true"}}, Image: Image{Dockerfile: strings.Repeat("#", sandbox.MaxDockerfileBytes+1)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h, builds := newTemplateHarness(t, nil)
@@ -107,20 +127,172 @@ func TestRunCommandRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
 	}
 }
 
-// A fleet refuses a Dockerfile before any activity: the template would
-// be built on one host and the lease placed on another.
-func TestFleetRefusesADockerfile(t *testing.T) {
+// A session request with a Dockerfile, or with one and a rootfs, is
+// checked as RunCommand's: invalid input, before any activity.
+func TestSessionRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
+	h, builds := newTemplateHarness(t, nil)
+	req := sessionRequest()
+	req.Lease.Rootfs, req.Dockerfile = "devbox:1", bakedDockerfile
+	_, err := h.runSession(req)
+	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
+	assert.Zero(t, *builds)
+}
+
+// A session with a Dockerfile builds its template before its first lease,
+// once, and makes every lease on it; the run it continues as names the
+// template and builds nothing.
+func TestSessionStartsItsLeasesOnItsDockerfilesTemplate(t *testing.T) {
+	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
+		assert.Equal(t, bakedDockerfile, spec.Dockerfile)
+		return sandbox.Template{ID: "tpl-7", Name: spec.Name()}, nil
+	})
+	h.expectNoOrphans()
+	h.provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
+			assert.Equal(t, "tpl-7", spec.Rootfs, "the lease runs on the template")
+			return sandbox.Lease{ID: "sbx-1", Status: sandbox.StatusRunning, Workspace: "/workspace", Labels: spec.Labels}, nil
+		})
+	var e echo
+	h.provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).DoAndReturn(e.execute)
+	u := &updates{h: h}
+	// Sent as the session starts, while its template builds: the Update
+	// waits for it, it is not refused for want of a handler.
+	got := u.send(0, execCall("one"))
+	req := sessionRequest()
+	req.Dockerfile = bakedDockerfile
+	req.CommandsPerRun = 1
+	_, err := h.runSession(req)
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, err, &can)
+	var next SessionRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	var one SessionResult
+	got[0].decode(t, &one)
+	assert.Equal(t, "sbx-1", one.LeaseID)
+	assert.Equal(t, 1, *builds)
+	assert.Equal(t, "tpl-7", next.Lease.Rootfs)
+	assert.Empty(t, next.Dockerfile, "the next run builds nothing")
+	require.NoError(t, next.Validate())
+}
+
+// A session whose template fails to build fails typed, before any lease.
+func TestSessionFailsTypedWhenItsTemplateFailsToBuild(t *testing.T) {
+	h, _ := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
+		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
+	})
+	req := sessionRequest()
+	req.Dockerfile = "FROM devbox:1\nRUN false\n"
+	_, err := h.runSession(req)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, applicationErrorType(err))
+}
+
+// On a fleet, the template is built once, on whichever host takes the
+// build, and every lease of the run — the first and a fresh one that
+// compensation takes — is made on that host, which alone keeps it.
+func TestOnAFleetTheTemplateIsBuiltOnceAndEveryLeaseIsMadeOnItsHost(t *testing.T) {
 	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	f.cleanupFails["sbx-1"] = true
 	req := request("true")
 	req.Dockerfile = bakedDockerfile
-	f.env.ExecuteWorkflow(RunCommand, req)
-	err := f.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	var d sandbox.FailureDetails
-	require.NoError(t, appErr.Details(&d))
-	assert.Equal(t, sandbox.TypeInvalidInput, d.Kind)
-	assert.Contains(t, d.Reason, "fleet")
-	assert.Zero(t, d.Attempt, "refused by the workflow, before any activity")
-	assert.Empty(t, f.calls)
+	res, err := f.run(req)
+	require.NoError(t, err)
+	assert.Equal(t, "on h2", res.Stdout)
+	assert.Equal(t, []string{
+		activities.NameEnsureTemplate + " @" + placementQueue,
+		activities.NameCreateLease + " sbx-1@" + h2Queue,
+		activities.NameExecute + " sbx-1@" + h2Queue,
+		activities.NameDestroyLease + " sbx-1@" + h2Queue,
+		activities.NameAcquireFreshLease + " sbx-2@" + h2Queue,
+		activities.NameExecute + " sbx-2@" + h2Queue,
+		activities.NameDestroyLease + " sbx-2@" + h2Queue,
+	}, f.calls)
+	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
+}
+
+// On a fleet, a run whose template's host is lost fails as compensation
+// does, typed, after trying that host only; its release sweeps there too.
+func TestOnAFleetALostTemplateHostExhaustsCompensationTyped(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	f.loseHost("h2")
+	req := request("true")
+	req.Dockerfile = bakedDockerfile
+	req.MaxFreshLeases = 1
+	_, err := f.run(req)
+	require.True(t, IsCompensationExhausted(err), "%v", err)
+	assert.True(t, sandbox.IsHostLostError(errors.Unwrap(unwrapApplication(t, err))), "it wraps the host's loss: %v", err)
+	assert.Equal(t, []string{
+		activities.NameEnsureTemplate + " @" + placementQueue,
+		activities.NameCreateLease + " @" + h2Queue,
+		activities.NameAcquireFreshLease + " @" + h2Queue,
+		activities.NameDestroyLease + " @" + h2Queue, // the release's sweep
+	}, f.calls)
+}
+
+// A session on a fleet carries its template's host across continue-as-new:
+// the next run's fresh lease is made there too.
+func TestASessionOnAFleetCarriesItsTemplatesHost(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	u := &updates{h: &harness{env: f.env}}
+	u.send(time.Second, execCall("one"))
+	req := sessionRequest()
+	req.Dockerfile = bakedDockerfile
+	req.CommandsPerRun = 1
+	f.env.ExecuteWorkflow(SessionWorkflow, req)
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, f.env.GetWorkflowError(), &can)
+	var next SessionRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	assert.Equal(t, "h2", next.Carried.TemplateHost)
+	assert.Equal(t, "tpl-7", next.Lease.Rootfs)
+
+	// The next run loses its lease: the fresh one is made on h2 again.
+	f2 := newFleet(t, "h1", "h2")
+	f2.cleanupFails["sbx-1"] = true
+	f2.placed = 1 // sbx-1 was the first run's
+	u2 := &updates{h: &harness{env: f2.env}, n: 10}
+	got := u2.send(time.Second, execCall("two"), closeCall)
+	f2.env.ExecuteWorkflow(SessionWorkflow, next)
+	require.NoError(t, f2.env.GetWorkflowError())
+	var two SessionResult
+	got[0].decode(t, &two)
+	assert.Equal(t, "on h2", two.Stdout)
+	assert.Equal(t, []string{
+		activities.NameExecute + " sbx-1@" + h2Queue,
+		activities.NameDestroyLease + " sbx-1@" + h2Queue,
+		activities.NameAcquireFreshLease + " sbx-2@" + h2Queue,
+		activities.NameExecute + " sbx-2@" + h2Queue,
+		activities.NameDestroyLease + " sbx-2@" + h2Queue,
+	}, f2.calls)
+}
+
+// A fork of a session on a fleet keeps making its leases on the template's
+// host: the forked session's fresh lease is made there too.
+func TestASessionsForkOnAFleetMakesItsLeasesOnTheTemplatesHost(t *testing.T) {
+	f := newFleet(t, "h1", "h2")
+	f.expectTemplate("h2")
+	f.cleanupFails["sbx-fork"] = true
+	u := &updates{h: &harness{env: f.env}}
+	got := u.send(time.Second, execCall("one"), updateCall{name: UpdateFork})
+	var forkRan, forkClosed updateOutcome
+	f.env.RegisterDelayedCallback(func() {
+		var fork SessionFork
+		got[1].decode(t, &fork)
+		require.NoError(t, f.env.UpdateWorkflowByID(fork.SessionID, UpdateExecute, "fork-exec", forkRan.callback(), SessionCommand{Command: sandbox.Command{Argv: []string{"two"}}}))
+		require.NoError(t, f.env.UpdateWorkflowByID(fork.SessionID, UpdateClose, "fork-close", forkClosed.callback()))
+	}, 1200*time.Millisecond)
+	u.send(2*time.Second, closeCall)
+	req := sessionRequest()
+	req.Dockerfile = bakedDockerfile
+	f.env.ExecuteWorkflow(SessionWorkflow, req)
+	require.True(t, f.env.IsWorkflowCompleted())
+	require.NoError(t, f.env.GetWorkflowError())
+
+	var two SessionResult
+	forkRan.decode(t, &two)
+	assert.Equal(t, "on h2", two.Stdout)
+	assert.Contains(t, f.calls, activities.NameAcquireFreshLease+" sbx-2@"+h2Queue, "the fork's fresh lease, on the template's host: %v", f.calls)
+	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
 }

@@ -68,6 +68,20 @@ func TestRunCommandOnTheTemplateOfItsDockerfile(t *testing.T) {
 	assert.Equal(t, first, templateOf(t, name), "the same template")
 }
 
+// A session from the starter takes a Dockerfile as a run does: its first
+// command, sent with the session's start, waits for the build, and every
+// command sees the template's ENV (a PATH it extended, a variable beneath
+// the command's own); nothing is left behind.
+func TestSessionOnTheTemplateOfItsDockerfile(t *testing.T) {
+	testenv.RequireRoot(t, "templates are built in namespaced sandboxes")
+	const text = "FROM devbox:1\nENV GREETING=from-the-template PATH=/opt/tool/bin:$PATH\n" +
+		"RUN mkdir -p /opt/tool/bin && printf '#!/bin/sh\\necho tool-ran\\n' > /opt/tool/bin/mytool && chmod +x /opt/tool/bin/mytool\n"
+	code, stdout, stderr := runStarter(t, "", "--dockerfile", writeDockerfile(t, text), "--then", "mytool", "--", "sh", "-c", "echo $GREETING")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "from-the-template\ntool-ran\n", stdout)
+	assert.Equal(t, "ready", templateOf(t, sandbox.TemplateSpec{Dockerfile: text}.Name()).Status)
+}
+
 // A RUN that fails fails the run typed, with the end of the build's log,
 // before any lease.
 func TestRunCommandFailsTypedWhenItsDockerfileFails(t *testing.T) {

@@ -98,9 +98,6 @@ func parseArgs(args []string, stdin io.Reader) (options, error) {
 	if command == nil && len(o.then) == 0 {
 		return o, fmt.Errorf("missing `--` before the command (%s)", usage)
 	}
-	if o.session() && o.request.Dockerfile != "" {
-		return o, errors.New("--dockerfile runs one command; a session (--then, --script) takes an image by --rootfs")
-	}
 	if o.session() && (o.detach || o.request.KeepLease) {
 		return o, errors.New("--detach and --keep-lease run one command; a session (--then, --script) ends with its lease")
 	}

@@ -22,6 +22,16 @@ type jsonSessionResult struct {
 	WorkspaceReset bool `json:"workspaceReset"`
 }
 
+// sessionRequest is the session of the command line: its lease, its image
+// (--rootfs or --dockerfile) and its compensation.
+func (o options) sessionRequest() workflows.SessionRequest {
+	return workflows.SessionRequest{
+		Lease:          o.request.Lease,
+		Image:          o.request.Image,
+		MaxFreshLeases: o.request.MaxFreshLeases,
+	}
+}
+
 // runSession runs the command line's commands one after the other in one
 // session, printing each one's output as it ends. It stops at the first
 // command that does not succeed, and returns that command's exit code (or
@@ -35,10 +45,7 @@ func runSession(ctx context.Context, c client.Client, dc converter.DataConverter
 		return workflows.SessionCommand{Command: commands[i], SecretEnv: opts.request.SecretEnv}
 	}
 	startOpts.EnableEagerStart = false // not with update-with-start
-	sess, first, err := sandboxclient.StartSessionWith(ctx, c, startOpts, workflows.SessionRequest{
-		Lease:          opts.request.Lease,
-		MaxFreshLeases: opts.request.MaxFreshLeases,
-	}, command(0))
+	sess, first, err := sandboxclient.StartSessionWith(ctx, c, startOpts, opts.sessionRequest(), command(0))
 	if err != nil {
 		fmt.Fprintf(stdio.Stderr, "starter: cannot start the session: %v\n", oneLine(err))
 		return ExitRunFailed

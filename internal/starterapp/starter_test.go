@@ -182,7 +182,7 @@ func TestParseArgsRefusesLargeStdinWithoutReadingIt(t *testing.T) {
 }
 
 // --dockerfile puts the file in the request, which refuses it with
-// --rootfs before anything starts; a session refuses it.
+// --rootfs before anything starts; a session's request takes it too.
 func TestParseArgsReadsTheDockerfile(t *testing.T) {
 	dockerfile := filepath.Join(t.TempDir(), "Dockerfile")
 	require.NoError(t, os.WriteFile(dockerfile, []byte("FROM devbox:1\nRUN echo baked > /opt/baked\n"), 0o600))
@@ -192,8 +192,10 @@ func TestParseArgsReadsTheDockerfile(t *testing.T) {
 
 	_, err = parseArgs([]string{"--dockerfile", dockerfile, "--rootfs", "devbox:1", "--", "true"}, nil)
 	assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
-	_, err = parseArgs([]string{"--dockerfile", dockerfile, "--then", "true", "--", "true"}, nil)
-	assert.ErrorContains(t, err, "--dockerfile runs one command")
+	o, err = parseArgs([]string{"--dockerfile", dockerfile, "--then", "true", "--", "true"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "FROM devbox:1\nRUN echo baked > /opt/baked\n", o.sessionRequest().Dockerfile)
+	require.NoError(t, o.sessionRequest().Validate())
 
 	big := filepath.Join(t.TempDir(), "Big")
 	require.NoError(t, os.WriteFile(big, make([]byte, sandbox.MaxDockerfileBytes+1), 0o600))

@@ -1,12 +1,21 @@
 // Package template reads the Dockerfile of a template (POST /v1/templates,
-// docs/CREATEOS-API.md §3.11) into the steps its build runs.
+// docs/CREATEOS-API.md §3.11) into the steps its build runs and the
+// Config its leases start with.
 //
 // The subset is the hosted service's: one FROM of a known image or
 // template, then RUN, ENV, WORKDIR, USER and ARG. Anything else — COPY,
 // ADD, CMD, a second FROM, an unknown word — fails the build with an
 // *Error that names the line and the instruction, before any step runs.
 // Comments (#), blank lines and lines continued by a trailing backslash
-// are read as Docker reads them.
+// are read as Docker reads them, and so are $NAME and ${NAME} in ENV,
+// ARG, WORKDIR and USER (an unset variable is empty), so that
+// `ENV PATH=/opt/tool/bin:$PATH` extends the PATH the build has.
+//
+// The final ENV and WORKDIR are the template's Config, which its leases
+// start with, as a Docker image's do. The final USER is not: sandboxd
+// runs a lease's commands as its root and has no notion of a command's
+// user, so a Dockerfile that ends as another user fails (USER root after
+// the steps that need the user is fine).
 package template
 
 import (
@@ -55,34 +64,67 @@ type Step struct {
 	Dir, User string
 }
 
+// Config is what a template's Dockerfile leaves set for the leases started
+// from it, and for the templates built FROM it: the variables of its
+// ENVs (beneath a create's envs and a command's own) and its last
+// WORKDIR (the working directory of a command that names none).
+type Config struct {
+	Env     map[string]string `json:"env,omitempty"`
+	WorkDir string            `json:"workdir,omitempty"`
+}
+
 // Dockerfile is a parsed Dockerfile.
 type Dockerfile struct {
 	// From is the image or template the build starts from ("" when the
 	// file has no FROM: the request's base then).
 	From  string
-	Steps []Step
-	// Env, Dir and User are what the last instructions set.
-	Env       map[string]string
-	Dir, User string
-
-	args map[string]string // of the ARGs so far, below Env in a step's variables
+	lines []logicalLine
 }
 
-// Parse reads src.
+// Plan is what a build of a Dockerfile on a base runs and leaves.
+type Plan struct {
+	Steps []Step
+	// Config is what the last instructions set, over the base's.
+	Config Config
+}
+
+// Parse reads src. Every instruction is checked here, so that what is
+// wrong fails before any step runs.
 func Parse(src string) (*Dockerfile, error) {
-	df := &Dockerfile{Env: map[string]string{}, Dir: "/", args: map[string]string{}}
 	lines := logicalLines(src)
 	if len(lines) > MaxSteps {
 		return nil, &Error{0, fmt.Sprintf("at most %d instructions", MaxSteps)}
 	}
-	for i, ln := range lines {
+	if len(lines) == 0 {
+		return nil, &Error{0, "the Dockerfile is empty"}
+	}
+	df := &Dockerfile{lines: lines}
+	if _, err := df.Plan(Config{}, nil); err != nil {
+		return nil, err
+	}
+	return df, nil
+}
+
+// Plan is the build of df on base, the Config of what its FROM names.
+// environ are the variables every command of the build lease has
+// beneath the ENVs (PATH, HOME, …), which $NAME may name too.
+func (df *Dockerfile) Plan(base Config, environ map[string]string) (Plan, error) {
+	b := planner{env: maps.Clone(base.Env), dir: base.WorkDir, workdir: base.WorkDir, args: map[string]string{}, environ: environ}
+	if b.env == nil {
+		b.env = map[string]string{}
+	}
+	if b.dir == "" {
+		b.dir = "/" // where Docker's steps run without a WORKDIR
+	}
+	userLine := 0
+	for i, ln := range df.lines {
 		word, rest, _ := strings.Cut(ln.text, " ")
 		if w, r, ok := strings.Cut(ln.text, "\t"); ok && len(w) < len(word) {
 			word, rest = w, r
 		}
 		rest = strings.TrimSpace(rest)
-		fail := func(format string, a ...any) (*Dockerfile, error) {
-			return nil, &Error{ln.line, fmt.Sprintf(format, a...)}
+		fail := func(format string, a ...any) (Plan, error) {
+			return Plan{}, &Error{ln.line, fmt.Sprintf(format, a...)}
 		}
 		word = strings.ToUpper(word)
 		if !slices.Contains(Supported, word) {
@@ -111,9 +153,10 @@ func Parse(src string) (*Dockerfile, error) {
 					return fail("RUN's exec form must be a JSON array of strings")
 				}
 			}
-			df.step(ln, argv)
+			b.step(ln, argv)
 		case "ENV", "ARG":
-			pairs, err := envPairs(word, rest)
+			// Each pair sees the ones before it, as in Docker.
+			pairs, err := envPairs(word, rest, b.lookup)
 			if err != nil {
 				return fail("%v", err)
 			}
@@ -122,34 +165,75 @@ func Parse(src string) (*Dockerfile, error) {
 					if !kv.set {
 						continue // no build arguments are passed: an ARG without default is unset
 					}
-					df.args[kv.k] = kv.v
+					b.args[kv.k] = kv.v
 				} else {
-					df.Env[kv.k] = kv.v
+					b.env[kv.k] = kv.v
 				}
 			}
 		case "WORKDIR":
 			if rest == "" || strings.ContainsRune(rest, 0) {
 				return fail("WORKDIR needs a path")
 			}
-			df.Dir = path.Join(df.Dir, unquote(rest))
-			if !path.IsAbs(df.Dir) {
-				df.Dir = "/" + df.Dir
+			// What the base sets is not known when Parse checks the
+			// file: a path of unset variables is the directory itself.
+			dir, err := expand(unquote(rest), b.lookup)
+			if err != nil {
+				return fail("WORKDIR: %v", err)
 			}
-			df.step(ln, []string{"mkdir", "-p", "--", df.Dir})
-			st := &df.Steps[len(df.Steps)-1]
+			b.dir = path.Join(b.dir, dir)
+			if !path.IsAbs(b.dir) {
+				b.dir = "/" + b.dir
+			}
+			b.workdir = b.dir
+			b.step(ln, []string{"mkdir", "-p", "--", b.dir})
+			st := &b.steps[len(b.steps)-1]
 			st.Dir, st.User = "/", "" // made as root, as Docker makes it
 		case "USER":
-			f := strings.Fields(rest)
+			user, err := expand(rest, b.lookup)
+			if err != nil {
+				return fail("USER: %v", err)
+			}
+			f := strings.Fields(user)
 			if len(f) != 1 || strings.Contains(f[0], ":") {
 				return fail("USER takes one user (its own group; user:group is not supported)")
 			}
-			df.User = f[0]
+			b.user, userLine = f[0], ln.line
 		}
 	}
-	if len(lines) == 0 {
-		return nil, &Error{0, "the Dockerfile is empty"}
+	if b.user != "" && b.user != "root" && b.user != "0" {
+		return Plan{}, &Error{userLine, fmt.Sprintf("USER %s: a template cannot end as another user than root: "+
+			"sandboxd runs its sandboxes' commands as their root, not as a template's user "+
+			"(end the Dockerfile with USER root; the steps before it run as USER says)", clip(b.user))}
 	}
-	return df, nil
+	cfg := Config{Env: b.env, WorkDir: b.workdir}
+	if len(cfg.Env) == 0 {
+		cfg.Env = nil
+	}
+	return Plan{Steps: b.steps, Config: cfg}, nil
+}
+
+// planner is the state of a Plan between instructions.
+type planner struct {
+	env     map[string]string // of the ENVs so far, over the base's
+	args    map[string]string // of the ARGs so far, below env in a step's variables
+	environ map[string]string // the lease's own, below both
+	dir     string            // where the next step runs
+	// workdir is the last WORKDIR's, or the base's: "" when neither set
+	// one, and a command without cwd starts where a lease's do.
+	workdir string
+	user    string // "" = root
+	steps   []Step
+}
+
+// lookup is what $NAME means at this point of the build.
+func (b *planner) lookup(name string) string {
+	if v, ok := b.env[name]; ok {
+		return v
+	}
+	if v, ok := b.args[name]; ok {
+		return v
+	}
+	return b.environ[name]
 }
 
 // unsupported are Docker's instructions outside the subset, named as such.
@@ -157,10 +241,10 @@ var unsupported = []string{"COPY", "ADD", "CMD", "ENTRYPOINT", "EXPOSE", "LABEL"
 	"ONBUILD", "STOPSIGNAL", "SHELL", "MAINTAINER"}
 
 // step appends a step with what the instructions so far set.
-func (df *Dockerfile) step(ln logicalLine, argv []string) {
-	env := maps.Clone(df.args)
-	maps.Copy(env, df.Env)
-	df.Steps = append(df.Steps, Step{Line: ln.line, Text: ln.text, Argv: argv, Env: env, Dir: df.Dir, User: df.User})
+func (b *planner) step(ln logicalLine, argv []string) {
+	env := maps.Clone(b.args)
+	maps.Copy(env, b.env)
+	b.steps = append(b.steps, Step{Line: ln.line, Text: ln.text, Argv: argv, Env: env, Dir: b.dir, User: b.user})
 }
 
 type logicalLine struct {
@@ -204,15 +288,19 @@ type envPair struct {
 }
 
 // envPairs reads ENV's and ARG's "K=V K2=V2", ENV's legacy "K V", ARG's
-// "K".
-func envPairs(word, rest string) ([]envPair, error) {
+// "K", expanding variables by lookup.
+func envPairs(word, rest string, lookup func(string) string) ([]envPair, error) {
 	if k, v, ok := strings.Cut(rest, " "); ok && word == "ENV" && !strings.Contains(k, "=") {
 		if !validName(k) {
 			return nil, fmt.Errorf("ENV: bad variable name %q", clip(k))
 		}
-		return []envPair{{k, unquote(strings.TrimSpace(v)), true}}, nil
+		v, err := expand(unquote(strings.TrimSpace(v)), lookup)
+		if err != nil {
+			return nil, fmt.Errorf("ENV: %v", err)
+		}
+		return []envPair{{k, v, true}}, nil
 	}
-	toks, err := words(rest)
+	toks, err := words(rest, lookup)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", word, err)
 	}
@@ -234,8 +322,9 @@ func envPairs(word, rest string) ([]envPair, error) {
 }
 
 // words splits s at blanks outside quotes, removing the quotes and the
-// backslashes that escape a character.
-func words(s string) ([]string, error) {
+// backslashes that escape a character, and expanding variables by lookup
+// outside single quotes.
+func words(s string, lookup func(string) string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
 	in := false
@@ -251,6 +340,18 @@ func words(s string) ([]string, error) {
 			quote = 0
 		case quote == 0 && (c == '"' || c == '\''):
 			quote, in = c, true
+		case c == '$' && quote != '\'':
+			name, next, err := variable(s, i)
+			if err != nil {
+				return nil, err
+			}
+			if name == "" {
+				cur.WriteByte('$')
+			} else {
+				cur.WriteString(lookup(name))
+				i = next - 1
+			}
+			in = true
 		case quote == 0 && (c == ' ' || c == '\t'):
 			if in {
 				out = append(out, cur.String())
@@ -269,6 +370,55 @@ func words(s string) ([]string, error) {
 		out = append(out, cur.String())
 	}
 	return out, nil
+}
+
+// expand replaces $NAME and ${NAME} in s by lookup; \$ is a '$'.
+func expand(s string, lookup func(string) string) (string, error) {
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && i+1 < len(s) && s[i+1] == '$':
+			out.WriteByte('$')
+			i++
+		case s[i] == '$':
+			name, next, err := variable(s, i)
+			if err != nil {
+				return "", err
+			}
+			if name == "" {
+				out.WriteByte('$')
+				continue
+			}
+			out.WriteString(lookup(name))
+			i = next - 1
+		default:
+			out.WriteByte(s[i])
+		}
+	}
+	return out.String(), nil
+}
+
+// variable reads the variable reference at s[i] == '$': its name ("" when
+// the '$' starts none) and the index after it. Only $NAME and ${NAME}
+// are read; ${NAME:-word} and the other forms are refused by name rather
+// than misread.
+func variable(s string, i int) (name string, next int, err error) {
+	j := i + 1
+	if j < len(s) && s[j] == '{' {
+		end := strings.IndexByte(s[j:], '}')
+		if end < 0 {
+			return "", 0, fmt.Errorf("unterminated ${")
+		}
+		name = s[j+1 : j+end]
+		if !validName(name) {
+			return "", 0, fmt.Errorf("${%s}: only $NAME and ${NAME} are supported", clip(name))
+		}
+		return name, j + end + 1, nil
+	}
+	for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || j > i+1 && s[j] >= '0' && s[j] <= '9') {
+		j++
+	}
+	return s[i+1 : j], j, nil
 }
 
 // unquote removes one pair of surrounding double or single quotes.

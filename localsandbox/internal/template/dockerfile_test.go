@@ -19,21 +19,23 @@ RUN echo $GREETING \
     > marker
 USER nobody
 RUN ["/bin/true", "x"]
+USER root
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if df.From != "devbox:1" || df.Dir != "/opt/app" || df.User != "nobody" {
-		t.Fatalf("from %q dir %q user %q", df.From, df.Dir, df.User)
+	plan, err := df.Plan(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	wantEnv := map[string]string{"GREETING": "hello world", "MODE": "test", "LEGACY": "some value"}
-	if !reflect.DeepEqual(df.Env, wantEnv) {
-		t.Fatalf("env %v", df.Env)
+	if df.From != "devbox:1" || !reflect.DeepEqual(plan.Config, Config{Env: wantEnv, WorkDir: "/opt/app"}) {
+		t.Fatalf("from %q config %+v", df.From, plan.Config)
 	}
-	if len(df.Steps) != 4 {
-		t.Fatalf("%d steps: %+v", len(df.Steps), df.Steps)
+	if len(plan.Steps) != 4 {
+		t.Fatalf("%d steps: %+v", len(plan.Steps), plan.Steps)
 	}
-	mk, run, exec := df.Steps[1], df.Steps[2], df.Steps[3]
+	mk, run, exec := plan.Steps[1], plan.Steps[2], plan.Steps[3]
 	if !reflect.DeepEqual(mk.Argv, []string{"mkdir", "-p", "--", "/opt/app"}) || mk.Dir != "/" || mk.Line != 8 {
 		t.Fatalf("WORKDIR step %+v", mk)
 	}
@@ -61,6 +63,9 @@ func TestParseNamesTheLineOfWhatIsNotSupported(t *testing.T) {
 		{"FROM a\nENV 1X=2\n", `line 2: ENV: bad variable name "1X"`},
 		{"FROM a\nRUN [\"unterminated\"\n", "line 2: RUN's exec form must be a JSON array of strings"},
 		{"FROM a\nUSER app:staff\n", "line 2: USER takes one user (its own group; user:group is not supported)"},
+		{"FROM a\nUSER app\nRUN id\n", "line 2: USER app: a template cannot end as another user than root: sandboxd runs its sandboxes' commands as their root, not as a template's user (end the Dockerfile with USER root; the steps before it run as USER says)"},
+		{"FROM a\nENV X=${Y:-z}\n", "line 2: ENV: ${Y:-z}: only $NAME and ${NAME} are supported"},
+		{"FROM a\nWORKDIR ${X\n", "line 2: WORKDIR: unterminated ${"},
 		{"# only a comment\n", "the Dockerfile is empty"},
 	} {
 		_, err := Parse(c.src)
@@ -71,9 +76,58 @@ func TestParseNamesTheLineOfWhatIsNotSupported(t *testing.T) {
 	}
 }
 
+// ENV, ARG, WORKDIR and USER expand $NAME and ${NAME} as Docker does:
+// from the ENVs and ARGs before them, the base's Config, then the lease's
+// own variables; not in single quotes nor after a backslash. The Config
+// is the base's with the file's ENVs over it.
+func TestPlanExpandsVariablesOverTheBase(t *testing.T) {
+	df, err := Parse(`FROM parent
+ARG TOOL=tool
+ENV PATH=/opt/${TOOL}/bin:$PATH HOME_COPY="$HOME" LIT='$PATH' ESC=\$PATH
+ENV SEEN $INHERITED-$UNSET-x
+WORKDIR $INHERITED
+USER root
+RUN true
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Config{Env: map[string]string{"INHERITED": "from-parent"}, WorkDir: "/srv"}
+	plan, err := df.Plan(base, map[string]string{"PATH": "/usr/bin:/bin", "HOME": "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Env: map[string]string{"INHERITED": "from-parent", "PATH": "/opt/tool/bin:/usr/bin:/bin",
+		"HOME_COPY": "/workspace", "LIT": "$PATH", "ESC": "$PATH", "SEEN": "from-parent--x"}, WorkDir: "/srv/from-parent"}
+	if !reflect.DeepEqual(plan.Config, want) {
+		t.Errorf("config %+v\nwant   %+v", plan.Config, want)
+	}
+	if run := plan.Steps[len(plan.Steps)-1]; run.Dir != "/srv/from-parent" || run.User != "root" || run.Env["PATH"] != "/opt/tool/bin:/usr/bin:/bin" || run.Env["TOOL"] != "tool" {
+		t.Errorf("the RUN step %+v", run)
+	}
+	// On a base without the variable, the WORKDIR of it is the root.
+	plan, err = df.Plan(Config{}, nil)
+	if err != nil || plan.Config.WorkDir != "/" {
+		t.Errorf("%+v %v", plan.Config, err)
+	}
+	// Without a WORKDIR of its own or its base's, a template leaves the
+	// working directory to the lease.
+	if df, _ := Parse("RUN true\n"); df != nil {
+		if plan, _ := df.Plan(base, nil); !reflect.DeepEqual(plan.Config, base) {
+			t.Errorf("a Dockerfile without ENV or WORKDIR: %+v, want its base's", plan.Config)
+		}
+		if plan, _ := df.Plan(Config{}, nil); !reflect.DeepEqual(plan.Config, Config{}) {
+			t.Errorf("nothing set: %+v", plan.Config)
+		}
+	}
+}
+
 func TestParseWithoutFrom(t *testing.T) {
 	df, err := Parse("RUN true\n")
-	if err != nil || df.From != "" || len(df.Steps) != 1 {
+	if err != nil || df.From != "" {
 		t.Fatalf("%+v %v", df, err)
+	}
+	if plan, err := df.Plan(Config{}, nil); err != nil || len(plan.Steps) != 1 {
+		t.Fatalf("%+v %v", plan, err)
 	}
 }
