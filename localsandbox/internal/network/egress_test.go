@@ -61,18 +61,20 @@ func TestCompileGrantsAndResolves(t *testing.T) {
 		return nil, errors.New("no such host")
 	}
 	ctx := context.Background()
+	none := []string{EgressNone} // nothing in force, never [] ("allow all" to the SDKs)
 	for _, c := range []struct {
 		grant     Grant
 		requested []string
 		want      []string // nil: refused, a *CapError
 	}{
-		{grantOff, nil, []string{}},
-		{grantOff, []string{}, []string{}},
-		{grantOff, []string{"*"}, []string{}},
+		{grantOff, nil, none},
+		{grantOff, []string{}, none},
+		{grantOff, []string{"*"}, none},
+		{grantOff, none, none}, // asking for nothing is within every policy
 		{grantOff, []string{"pypi.example:443"}, nil},
 		{grantOff, []string{"*", "10.9.8.7:443"}, nil},
-		{grantAllowlist, nil, []string{}},
-		{grantAllowlist, []string{"*"}, []string{}},
+		{grantAllowlist, nil, none},
+		{grantAllowlist, []string{"*"}, none},
 		{grantAllowlist, []string{"*", "pypi.example:443"}, []string{"pypi.example:443"}},
 		{grantAllowlist, []string{"192.0.2.1:22"}, []string{"192.0.2.1:22"}},
 		{grantWithin, nil, grantWithin.Within},
@@ -85,6 +87,7 @@ func TestCompileGrantsAndResolves(t *testing.T) {
 		{grantWithin, []string{"10.3.4.5"}, nil},       // every port, wider than 443
 		{grantWithin, []string{"10.0.0.0/7:443"}, nil}, // a wider prefix
 		{grantWithin, []string{"192.0.2.7:443"}, nil},  // pypi.example's address, not its name
+		{grantAny, none, none},
 		{grantAny, nil, []string{"*"}},
 		{grantAny, []string{}, []string{"*"}},
 		{grantAny, []string{"pypi.example:443", "*"}, []string{"*"}},
