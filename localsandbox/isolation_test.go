@@ -171,6 +171,25 @@ func TestRootCanAddUsersAndChown(t *testing.T) {
 	}
 }
 
+// /tmp is every user's, sticky, as on any Linux system: apt-get update
+// checks signatures as _apt in a temporary file of /tmp (before, /tmp was
+// 0700 and every apt-get update of a lease or a template build failed
+// with "the repository is not signed"), and a user cannot remove
+// another's file there.
+func TestTmpIsEveryUsersAndSticky(t *testing.T) {
+	testenv.RequireRoot(t, "a server that is not root maps only the sandbox's root")
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	r := ts.exec(lease, `
+		stat -c %a /tmp
+		su -s /bin/sh _apt -c 'f=$(mktemp) && echo apt-wrote && rm "$f"'
+		echo root > /tmp/of-root
+		su -s /bin/sh nobody -c 'rm -f /tmp/of-root' 2>/dev/null || echo kept`)
+	if r.ExitCode != 0 || r.Stdout != "1777\napt-wrote\nkept\n" {
+		t.Errorf("got %+v", r)
+	}
+}
+
 func TestFiftyConcurrentLeases(t *testing.T) {
 	ts := startServer(t, Options{})
 	const n = 50
