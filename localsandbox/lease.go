@@ -169,6 +169,10 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(l.dir, 0o711); err != nil { // whatever the server's umask
+		os.Remove(l.dir)
+		return nil, err
+	}
 	l.uid, l.gid, l.idSlot = s.hostUID, s.hostGID, -1
 	if l.isolation == IsolationNamespaces && os.Geteuid() == 0 {
 		slot, err := s.ids.Take()
