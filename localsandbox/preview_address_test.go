@@ -237,7 +237,7 @@ func TestPreviewAddressIsPublishedWhenAnExecAnswers(t *testing.T) {
 	}
 	for i, port := range []int{8000, 8001, 8002, 8003} {
 		ts.startProcess(sb.ID, fmt.Sprintf(`cd /workspace/site && exec python3 -m http.server %d --bind 0.0.0.0`, port))
-		wait := fmt.Sprintf(`until (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null; do sleep 0.01; done`, port)
+		wait := fmt.Sprintf(`for i in $(seq 1000); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && exit 0; sleep 0.01; done; exit 1`, port)
 		streamed := i%2 == 1
 		if streamed {
 			body, _ := json.Marshal(map[string]any{"cmd": "/bin/bash", "args": []string{"-c", wait}, "stream": true})

@@ -42,9 +42,10 @@ import (
 // after it stops; and at once when asked (Net.PublishNow): the server asks
 // before it answers an exec, so that a port the lease listened on when a
 // command ended is reachable when its answer arrives (the SDKs' waitForPort
-// is such an exec, and their examples fetch the preview URL right after). A port the host already holds on every address (a
-// wildcard listener of the host's) cannot be published; the lease's
-// preview host name still reaches it.
+// is such an exec, and their examples fetch the preview URL right after).
+// A port the host already holds on every address (a wildcard listener of
+// the host's) cannot be published; the lease's preview host name still
+// reaches it.
 
 // publishEvery is how often a lease's listening ports are read.
 const publishEvery = 200 * time.Millisecond
