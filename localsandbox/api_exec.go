@@ -74,6 +74,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		case b.Err != nil:
 			return &apiError{http.StatusInternalServerError, "output was lost"}
 		case b.Exit != nil:
+			l.publishNow()
 			return writeData(w, execAnswer{
 				Result: commandResult{
 					ExitCode: exitCode(*b.Exit),
@@ -152,6 +153,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request, p *process, 
 			out.send([]byte(`{"error":"output_offset_expired"}` + "\n"))
 			return
 		case b.Exit != nil:
+			p.lease.publishNow()
 			for st := range pending {
 				if !emit(journal.Stream(st), pending[st]) {
 					return

@@ -147,6 +147,9 @@ func (s *Server) resolveImage(name string) (string, error) {
 		if name == "" || name == hostImage {
 			return hostImage, nil
 		}
+		if err := desktopImage(name); err != nil {
+			return "", err
+		}
 		return "", badRequest("unknown rootfs %q: a process-group server runs commands on the host and has no images (GET /v1/rootfs lists them)", name)
 	}
 	im := s.images
@@ -162,7 +165,22 @@ func (s *Server) resolveImage(name string) (string, error) {
 			return name, nil
 		}
 	}
+	if err := desktopImage(name); err != nil {
+		return "", err
+	}
 	return im.templates.resolve(name)
+}
+
+// desktopImage is the 400 UNSUPPORTED of a create on the service's
+// desktop images ("desktop:1", the vendor's desktop examples' rootfs), no
+// images of this server (a template's name has no ':'): the flow they
+// begin is the desktop API, which this server declines, and the answer
+// says so rather than "unknown rootfs"; nil for any other name.
+func desktopImage(name string) error {
+	if !strings.HasPrefix(name, "desktop:") {
+		return nil
+	}
+	return unsupported(fmt.Sprintf("rootfs %q", clip(name, maxEcho)), "desktop images, for "+declinedDesktop)
 }
 
 // resolve is the template a create's rootfs names by id or name: its id

@@ -236,3 +236,18 @@ func TestRootfsNamesResolveToImages(t *testing.T) {
 		}
 	}
 }
+
+// The vendor's desktop examples create on rootfs "desktop:1" with the
+// desktop API to follow, which this server declines: the create says so,
+// 400 UNSUPPORTED naming that API (before: 400 INVALID_REQUEST "unknown
+// rootfs"), and makes no sandbox.
+func TestDesktopImageIsDeclinedAsTheDesktopAPI(t *testing.T) {
+	ts := startServer(t, Options{})
+	status, body := ts.rawCall("POST", "/sandboxes", map[string]any{"shape": "s-2vcpu-4gb", "rootfs": "desktop:1", "ingress_enabled": true})
+	if status != http.StatusBadRequest || !strings.Contains(body, `"code":"UNSUPPORTED"`) || !strings.Contains(body, `rootfs \"desktop:1\"`) || !strings.Contains(body, "the desktop (computer-use) API") {
+		t.Errorf("create on desktop:1: %d %s, want 400 UNSUPPORTED naming the rootfs and the desktop API", status, body)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(ts.root, leasesDir)); len(entries) > 0 {
+		t.Errorf("%d lease directories after a declined create", len(entries))
+	}
+}

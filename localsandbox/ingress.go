@@ -107,6 +107,17 @@ func (s *Server) setIngress(l *lease, n *network.Net, on bool) error {
 	return nil
 }
 
+// publishNow publishes the ports l listens on now at its preview address,
+// if its preview URLs are on, before an exec answers: a command that saw
+// a port listen (the SDKs' waitForPort) is followed at once by a request
+// to its preview URL, which must not find the port unpublished for up to
+// network.publishEvery.
+func (l *lease) publishNow() {
+	if n := l.network(); n != nil {
+		n.PublishNow()
+	}
+}
+
 // Preview addresses are taken from previewNet (127.100.0.0/16: off
 // 127.0.0.0/24, where the host's own services are), one per lease for as
 // long as it lives, the addresses of destroyed leases taken again.

@@ -171,6 +171,49 @@ func TestRootCanAddUsersAndChown(t *testing.T) {
 	}
 }
 
+// /tmp is every user's, sticky, as on any Linux system: apt-get update
+// checks signatures as _apt in a temporary file of /tmp (before, /tmp was
+// 0700 and every apt-get update of a lease or a template build failed
+// with "the repository is not signed"), and a user cannot remove
+// another's file there.
+func TestTmpIsEveryUsersAndSticky(t *testing.T) {
+	testenv.RequireRoot(t, "a server that is not root maps only the sandbox's root")
+	ts := startServer(t, Options{})
+	lease := ts.createLease()
+	r := ts.exec(lease, `
+		stat -c %a /tmp
+		su -s /bin/sh _apt -c 'f=$(mktemp) && echo apt-wrote && rm "$f"'
+		echo root > /tmp/of-root
+		su -s /bin/sh nobody -c 'rm -f /tmp/of-root' 2>/dev/null || echo kept`)
+	if r.ExitCode != 0 || r.Stdout != "1777\napt-wrote\nkept\n" {
+		t.Errorf("got %+v", r)
+	}
+}
+
+// A server started under a strict umask (an operator's 077) still runs
+// its leases in namespaces, and a lease's commands have a Linux login's
+// umask. Before, the leases directory was 0700, so no lease's init could
+// reach its root ("mounting the overlay at /: permission denied"): the
+// server fell back to process groups, whose probe failed too, and sandboxd
+// did not start.
+func TestAStrictUmaskChangesNoLease(t *testing.T) {
+	testenv.RequireRoot(t, "namespaces need a server running as root")
+	old := syscall.Umask(0o077)
+	t.Cleanup(func() { syscall.Umask(old) })
+	ts := startServer(t, Options{})
+	if ts.srv.isolation != IsolationNamespaces {
+		t.Fatalf("under umask 077 the server runs %s, want namespaces", ts.srv.isolation)
+	}
+	lease := ts.createLease()
+	r := ts.exec(lease, `
+		umask
+		su -s /bin/sh _apt -c 'cat /dev/null && echo apt-reads-dev'
+		echo x > /root/f; stat -c %a /root/f`)
+	if r.ExitCode != 0 || r.Stdout != "0022\napt-reads-dev\n644\n" {
+		t.Errorf("got %+v", r)
+	}
+}
+
 func TestFiftyConcurrentLeases(t *testing.T) {
 	ts := startServer(t, Options{})
 	const n = 50

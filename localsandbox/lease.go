@@ -172,8 +172,12 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 		l.workspace, l.tmp = l.workspaceHost, l.tmpHost
 	}
 	// The lease directory is only traversable; the workspace and tmp belong
-	// to the lease's uid and nobody else.
+	// to the lease's uid (makeFileDirs).
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(l.dir, 0o711); err != nil { // whatever the server's umask
+		os.Remove(l.dir)
 		return nil, err
 	}
 	l.uid, l.gid, l.idSlot = s.hostUID, s.hostGID, -1
@@ -206,15 +210,24 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 }
 
 // makeFileDirs makes the lease's workspace and tmp, its own, through
-// package hostfs as every file operation below a lease directory.
+// package hostfs as every file operation below a lease directory. The
+// workspace is its root's alone; tmp is /tmp as on every Linux system,
+// 1777, for the lease's other users: apt-get update runs its signature
+// check as _apt, which fails ("the repository is not signed") without a
+// /tmp it can write, and so does any service of the image run as a user
+// of its own. The lease's root could make it so itself, and /var/tmp of
+// its upper layer already is.
 func (l *lease) makeFileDirs() error {
 	dir, err := hostfs.Open(l.dir)
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	for _, name := range []string{leaseinit.WorkspaceDir, leaseinit.TmpDir} {
-		if _, err := dir.Mkdir(name, 0o700, l.owner().Host()); err != nil {
+	for name, mode := range map[string]os.FileMode{
+		leaseinit.WorkspaceDir: 0o700,
+		leaseinit.TmpDir:       0o777 | os.ModeSticky,
+	} {
+		if _, err := dir.Mkdir(name, mode, l.owner().Host()); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package localsandbox
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -216,4 +218,41 @@ time.sleep(3600)
 		}
 	}
 	ts.mustCall("DELETE", "/sandboxes/"+sb.ID, nil, nil)
+}
+
+// The vendor's Python example ingress_preview starts a server, waits for
+// its port with wait_for_port (an exec inside the lease) and GETs the
+// preview URL at once; the other SDKs' waitForPort is an exec too. Before,
+// the port was published only at the publisher's next look (up to
+// publishEvery later), so the GET was refused (ConnectionRefusedError in
+// the example). Now an exec's answer, buffered or streamed, comes after the
+// ports listening when its command ended are published. Four ports, each
+// waited for and opened at once, without waitPublished.
+func TestPreviewAddressIsPublishedWhenAnExecAnswers(t *testing.T) {
+	needRoot(t)
+	ts := startServer(t, Options{})
+	sb := ts.createWith(map[string]any{"ingress_enabled": true})
+	if status := ts.putFile(sb.ID, "/workspace/site/index.html", "ready\n"); status != http.StatusOK {
+		t.Fatalf("upload: %d", status)
+	}
+	for i, port := range []int{8000, 8001, 8002, 8003} {
+		ts.startProcess(sb.ID, fmt.Sprintf(`cd /workspace/site && exec python3 -m http.server %d --bind 0.0.0.0`, port))
+		wait := fmt.Sprintf(`for i in $(seq 1000); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && exit 0; sleep 0.01; done; exit 1`, port)
+		streamed := i%2 == 1
+		if streamed {
+			body, _ := json.Marshal(map[string]any{"cmd": "/bin/bash", "args": []string{"-c", wait}, "stream": true})
+			resp := ts.request("POST", "/sandboxes/"+sb.ID+"/exec?stream=true", bytes.NewReader(body), nil)
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.HasSuffix(string(raw), `{"exit_code":0}`+"\n") {
+				t.Fatalf("streamed wait for %d: %q", port, raw)
+			}
+		} else if r := ts.exec(sb.ID, wait); r.ExitCode != 0 {
+			t.Fatalf("wait for %d: %+v", port, r)
+		}
+		u := previewAddrURL(t, sb.IngressURLTemplate, port) + "/index.html"
+		if status, body := openPreview(t, u); status != http.StatusOK || body != "ready\n" {
+			t.Errorf("port %d (streamed exec %v), opened as the exec answered: %d %q", port, streamed, status, body)
+		}
+	}
 }

@@ -87,7 +87,7 @@ var apiRoutes = []apiRoute{
 	{method: "*", path: "/v1/sandboxes/{id}/networks/...", declined: "overlay networks: each sandbox has a network of its own"},
 	{method: "*", path: "/v1/sandboxes/{id}/disks/...", declined: "S3 disks"},
 	{method: "*", path: "/v1/sandboxes/{id}/access-token/...", declined: "delegated access tokens: this server has one key"},
-	{method: "*", path: "/v1/sandboxes/{id}/computer/...", declined: "the desktop (computer-use) API"},
+	{method: "*", path: "/v1/sandboxes/{id}/computer/...", declined: declinedDesktop},
 	{method: "*", path: "/v1/sandboxes/{id}/tunnel/...", declined: "tunnels: use the preview URL (ingress_enabled)"},
 	{method: "*", path: "/v1/sandboxes/{id}/shell", declined: "shells over an upgraded connection: use a managed process with a pty"},
 	{method: "*", path: "/v1/sandboxes/{id}/shell-ws", declined: "shells over an upgraded connection: use a managed process with a pty"},
@@ -100,6 +100,10 @@ var apiRoutes = []apiRoute{
 	{method: "DELETE", path: "/v1/templates/{id}", serve: (*Server).deleteTemplateRoute},
 	{method: "GET", path: "/v1/templates/{id}/logs", serve: (*Server).templateLogs},
 }
+
+// declinedDesktop names the desktop API, declined by its routes and by a
+// create on a desktop image (desktopImage).
+const declinedDesktop = "the desktop (computer-use) API"
 
 // routes maps the API's endpoints: the served routes of apiRoutes to their
 // handlers; any other request to the declined route it names (400

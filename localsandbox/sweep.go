@@ -46,7 +46,12 @@ func (s *Server) sweep() error {
 	if err := hostfs.RemoveAll(dir); err != nil {
 		return fmt.Errorf("localsandbox: sweep: %w", err)
 	}
+	// Chmod: whatever the server's umask, the leases' inits (each root of
+	// its own ids) must pass through to their directories.
 	if err := os.Mkdir(dir, 0o711); err != nil {
+		return fmt.Errorf("localsandbox: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return fmt.Errorf("localsandbox: %w", err)
 	}
 	return nil

@@ -62,6 +62,11 @@ func init() {
 	// executed: "exe" for /proc/self/exe, a number for /proc/self/fd/N.
 	// Package inits run on the main thread, whose name is the process's.
 	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&processName[0])), 0, 0, 0)
+	// A lease's init and commands have a Linux login's umask, whatever the
+	// server's: under an operator's 077, the lease's /dev and everything
+	// its commands wrote were its root's alone (apt's _apt could not open
+	// /dev/null).
+	unix.Umask(0o022)
 	if len(os.Args) >= 3 {
 		switch os.Args[2] {
 		case LeaseArg:

@@ -30,7 +30,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/5"
+const ProtocolVersion = "sandboxflow-init/6"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper

@@ -25,6 +25,7 @@ var sourceOfVersion = map[string]string{
 	"sandboxflow-init/3": "6c9d1f3388dc99d39ac62a68fdb53476c071c6af7e4670dfb39ba94836e3dc95",
 	"sandboxflow-init/4": "da07e5fc6890b591164ee00bd30feca3500e66773e5bcda1869ea4206904e14b",
 	"sandboxflow-init/5": "73578340227a7450f822828f55aab3535511810a10365f7d266aaf04904bfc22",
+	"sandboxflow-init/6": "74edf4b97ac78635baa414edcd5839c685478978232c456ac937a19605eb00bb",
 }
 
 // TestProtocolVersionFollowsTheSource fails when the code of an init

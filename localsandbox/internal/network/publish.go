@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,9 +39,13 @@ import (
 // The lease's listening ports are asked of the namespace's kernel
 // (sock_diag) every publishEvery: a port is published at most
 // that long after the server in the lease listens, and unpublished as long
-// after it stops. A port the host already holds on every address (a
-// wildcard listener of the host's) cannot be published; the lease's
-// preview host name still reaches it.
+// after it stops; and at once when asked (Net.PublishNow): the server asks
+// before it answers an exec, so that a port the lease listened on when a
+// command ended is reachable when its answer arrives (the SDKs' waitForPort
+// is such an exec, and their examples fetch the preview URL right after).
+// A port the host already holds on every address (a wildcard listener of
+// the host's) cannot be published; the lease's preview host name still
+// reaches it.
 
 // publishEvery is how often a lease's listening ports are read.
 const publishEvery = 200 * time.Millisecond
@@ -75,6 +80,18 @@ func (n *Net) Publish(addr netip.Addr, serve func(port int) http.Handler) error 
 	return nil
 }
 
+// PublishNow publishes the ports the lease listens on now (and
+// unpublishes the others) before it returns, without waiting for the next
+// look; a no-op unless the lease is published.
+func (n *Net) PublishNow() {
+	n.mu.Lock()
+	p := n.publisher
+	n.mu.Unlock()
+	if p != nil {
+		p.sync()
+	}
+}
+
 // Unpublish closes the published ports and their connections.
 func (n *Net) Unpublish() {
 	n.mu.Lock()
@@ -91,7 +108,10 @@ type publisher struct {
 	serve func(port int) http.Handler
 	stop  chan struct{}
 	done  chan struct{}
-	ports map[int]*http.Server // nil: the host holds the port, not published
+
+	mu     sync.Mutex           // one sync at a time (run's and PublishNow's), and not after close
+	closed bool                 // the listeners are closed: sync publishes nothing more
+	ports  map[int]*http.Server // nil: the host holds the port, not published
 }
 
 func (p *publisher) run() {
@@ -103,11 +123,14 @@ func (p *publisher) run() {
 		p.sync()
 		select {
 		case <-p.stop:
+			p.mu.Lock()
+			p.closed = true
 			for _, srv := range p.ports {
 				if srv != nil {
 					srv.Close()
 				}
 			}
+			p.mu.Unlock()
 			return
 		case <-t.C:
 		}
@@ -117,6 +140,11 @@ func (p *publisher) run() {
 // sync publishes the ports the lease listens on now and unpublishes the
 // others.
 func (p *publisher) sync() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	listening, err := p.diag.ports()
 	if err != nil {
 		return // the namespace is going: Close comes
