@@ -211,6 +211,25 @@ await check("files", async () => {
   }
 });
 
+// The vendor's preview flow (examples/03-dev-server-preview-url): start a
+// server in the background, waitForPortReady (an exec probing the port from
+// inside), then fetch the preview URL at once. The URL must serve as soon as
+// the probe says the port is ready; three ports, since a late URL is late
+// only by chance.
+await check("previewUrl", async () => {
+  if (!canIngress) return;
+  for (const port of [8081, 8082, 8083]) {
+    await needSandbox().sh(
+      `mkdir -p /tmp/www${port} && echo preview ${port} > /tmp/www${port}/index.html && ` +
+        `cd /tmp/www${port} && nohup setsid python3 -m http.server ${port} --bind 0.0.0.0 >/dev/null 2>&1 &`,
+    );
+    await sb.waitForPortReady(port, { timeoutMs: 10_000 });
+    const res = await fetch(sb.previewUrl(port, { scheme: "http" }));
+    eq([res.status, await res.text()], [200, `preview ${port}\n`], `GET the preview URL of port ${port}`);
+  }
+  await sb.sh("pkill -f 'http.server 808[123]' || true");
+});
+
 await check("sshKeys", async () => {
   const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKKAMadsz89A1JchvIhouTeibWdAaWwd4uuGxi1NgW4l one@test";
   eq(await needSandbox().addSSHPubkeys([key]), { count: 1 }, "addSSHPubkeys");
