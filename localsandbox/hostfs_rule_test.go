@@ -30,6 +30,7 @@ func TestHostFileOperationsGoThroughHostfs(t *testing.T) {
 		"server.go:takeRoot":                      "the server's root, its marker and lock: made before any lease, mode 0711, root's",
 		"sweep.go:sweep":                          "re-makes <root>/leases, the server's",
 		"lease.go:newLeaseDirs":                   "the lease directory itself, in <root>/leases, before anything of the lease exists",
+		"lease.go:guardDir":                       "the lease directory itself (or its disk's root), before anything of the lease exists",
 		"internal/machine/disk.go:NewDisk":        "<root>/disks and the disk image: the server's only",
 		"internal/machine/disk.go:create":         "the disk image, in <root>/disks",
 		"internal/machine/disk.go:formattedImage": "the formatted image a create copies, in <root>/disks",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -168,25 +169,6 @@ func TestRootCanAddUsersAndChown(t *testing.T) {
 	}
 	if out, _ := os.ReadFile("/etc/passwd"); strings.Contains(string(out), "\napp:") {
 		t.Error("the host's /etc/passwd changed")
-	}
-}
-
-// /tmp is every user's, sticky, as on any Linux system: apt-get update
-// checks signatures as _apt in a temporary file of /tmp (before, /tmp was
-// 0700 and every apt-get update of a lease or a template build failed
-// with "the repository is not signed"), and a user cannot remove
-// another's file there.
-func TestTmpIsEveryUsersAndSticky(t *testing.T) {
-	testenv.RequireRoot(t, "a server that is not root maps only the sandbox's root")
-	ts := startServer(t, Options{})
-	lease := ts.createLease()
-	r := ts.exec(lease, `
-		stat -c %a /tmp
-		su -s /bin/sh _apt -c 'f=$(mktemp) && echo apt-wrote && rm "$f"'
-		echo root > /tmp/of-root
-		su -s /bin/sh nobody -c 'rm -f /tmp/of-root' 2>/dev/null || echo kept`)
-	if r.ExitCode != 0 || r.Stdout != "1777\napt-wrote\nkept\n" {
-		t.Errorf("got %+v", r)
 	}
 }
 
@@ -425,4 +407,40 @@ func TestExitedProcessesAreForgottenInTime(t *testing.T) {
 	if len(l.procs) != 2 {
 		t.Errorf("the lease holds %d process records, want 2", len(l.procs))
 	}
+}
+
+// The lease's /tmp is a Debian machine's: mode 1777, every user of the
+// lease may make files there. Before, it was 0700 and the lease root's:
+// apt's _apt user could not make its temporary files, `apt-get update`
+// failed, and so did the Go SDK's custom-template example (its
+// Dockerfile's RUN apt-get update) and every program of a user of its own.
+// The lease directory is traversable by the lease's own ids only, so a
+// host user reaches the lease's /tmp no more than before.
+func TestLeaseTmpIsEveryLeaseUsersAndNoHostUsers(t *testing.T) {
+	testenv.RequireRoot(t, "a lease of its own ids and a host user to try with")
+	dir, err := os.MkdirTemp("", "sandboxd-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711) // the host user below gets as far as the server's root
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ts := startServer(t, Options{Root: filepath.Join(dir, "root")})
+	if ts.srv.Isolation() != IsolationNamespaces {
+		t.Fatalf("isolation %q, want namespaces", ts.srv.Isolation())
+	}
+	lease := ts.createLease()
+	out := ts.exec(lease, `
+		stat -c %a /tmp
+		su -s /bin/sh _apt -c 'f=$(mktemp) && echo apt-wrote && rm "$f"'
+		echo root > /tmp/of-root
+		su -s /bin/sh nobody -c 'rm -f /tmp/of-root' 2>/dev/null || echo kept`)
+	if out.Stdout != "1777\napt-wrote\nkept\n" || out.ExitCode != 0 {
+		t.Errorf("in the lease: %q (exit %d), want /tmp 1777 (apt's _apt makes files there), sticky", out.Stdout, out.ExitCode)
+	}
+	host := exec.Command("/bin/ls", filepath.Join(ts.root, leasesDir, lease, "tmp"))
+	host.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 54321, Gid: 54321}}
+	if b, err := host.CombinedOutput(); err == nil || !strings.Contains(string(b), "Permission denied") {
+		t.Errorf("a host user listed the lease's /tmp: %q %v", b, err)
+	}
+	ts.mustCall("DELETE", "/sandboxes/"+lease, nil, nil)
 }

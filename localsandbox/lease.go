@@ -171,13 +171,8 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	} else {
 		l.workspace, l.tmp = l.workspaceHost, l.tmpHost
 	}
-	// The lease directory is only traversable; the workspace and tmp belong
-	// to the lease's uid (makeFileDirs).
-	if err := os.Mkdir(l.dir, 0o711); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(l.dir, 0o711); err != nil { // whatever the server's umask
-		os.Remove(l.dir)
+	// Made its server's alone; guardDir opens it to the lease's ids.
+	if err := os.Mkdir(l.dir, 0o700); err != nil {
 		return nil, err
 	}
 	l.uid, l.gid, l.idSlot = s.hostUID, s.hostGID, -1
@@ -193,14 +188,15 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	}
 	if l.isolation == IsolationNamespaces && s.diskErr == nil && spec.disk > 0 {
 		d, err := s.newLeaseDisk(id, spec.disk, l.dir)
-		if err == nil {
-			err = os.Chmod(l.dir, 0o711)
-			l.disk = d
-		}
 		if err != nil {
 			l.removeDirs()
 			return nil, noCapacity(err)
 		}
+		l.disk = d
+	}
+	if err := l.guardDir(); err != nil {
+		l.removeDirs()
+		return nil, err
 	}
 	if err := l.makeFileDirs(); err != nil {
 		l.removeDirs()
@@ -209,14 +205,25 @@ func (s *Server) newLeaseDirs(id string, spec leaseSpec, state string) (*lease, 
 	return l, nil
 }
 
-// makeFileDirs makes the lease's workspace and tmp, its own, through
-// package hostfs as every file operation below a lease directory. The
-// workspace is its root's alone; tmp is /tmp as on every Linux system,
-// 1777, for the lease's other users: apt-get update runs its signature
-// check as _apt, which fails ("the repository is not signed") without a
-// /tmp it can write, and so does any service of the image run as a user
-// of its own. The lease's root could make it so itself, and /var/tmp of
-// its upper layer already is.
+// guardDir makes the lease directory (or the root of its disk, mounted
+// there) traversable by the lease's own ids and nobody else's: root's,
+// mode 0710, of the lease's group, which its init (the lease's root) and,
+// in process-group mode, its commands have; run unprivileged, the
+// server's and the lease's uid are one, the owner. So the lease's /tmp,
+// 1777 as every Debian machine's, is no host user's to reach.
+func (l *lease) guardDir() error {
+	if os.Geteuid() != 0 {
+		return os.Chmod(l.dir, 0o700)
+	}
+	if err := os.Chown(l.dir, 0, l.gid); err != nil {
+		return err
+	}
+	return os.Chmod(l.dir, 0o710)
+}
+
+// makeFileDirs makes the lease's workspace, its root's, and its tmp,
+// 1777 (every user of the lease makes files there: apt's _apt does), through
+// package hostfs as every file operation below a lease directory.
 func (l *lease) makeFileDirs() error {
 	dir, err := hostfs.Open(l.dir)
 	if err != nil {
