@@ -125,7 +125,9 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.Handle("/", s.endpoint(func(w http.ResponseWriter, r *http.Request) error {
 		if rt, ok := declinedRoute(r.Method, r.URL.EscapedPath()); ok {
-			return unsupported(rt.method+" "+rt.path, rt.declined)
+			// The request's method and the route's own path: "POST
+			// /v1/sandboxes/{id}/networks", not the table's "* …/...".
+			return unsupported(r.Method+" "+strings.TrimSuffix(rt.path, "/..."), rt.declined)
 		}
 		return &apiError{http.StatusNotFound, "no such endpoint"}
 	}))
