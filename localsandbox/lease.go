@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -326,11 +325,7 @@ func (s *Server) startLease(l *lease) error {
 	}
 	var m *machine.Machine
 	if err == nil {
-		var start func(*exec.Cmd) error
-		if net != nil {
-			start = net.Start
-		}
-		m, err = machine.Start(spec, cg, start)
+		m, err = machine.Start(spec, cg, s.spawner, net.Namespace())
 	}
 	if err != nil {
 		net.Close()
