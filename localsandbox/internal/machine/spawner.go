@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
@@ -25,8 +26,10 @@ type Spawner struct {
 	current *spawnerProc // nil: none running
 }
 
-// NewSpawner returns a Spawner of the init program at path (what exec
-// takes: the server's /proc/self/fd/N of it, or /proc/self/exe).
+// NewSpawner returns a Spawner of the init program at program, as exec
+// takes it: a build of cmd/sandboxflow-init (the server's open file of it,
+// /proc/self/fd/N) or /proc/self/exe, the server's own binary. The
+// spawner clones the inits from its own executable.
 func NewSpawner(program string) *Spawner { return &Spawner{program: program} }
 
 // spawnerProc is one run of the spawner.
@@ -35,7 +38,7 @@ type spawnerProc struct {
 	sock int
 	done chan struct{} // closed once it was reaped
 
-	sendMu sync.Mutex // one request at a time: the answer names it
+	sendMu sync.Mutex // one request on the socket at a time
 
 	mu      sync.Mutex
 	dead    bool // its socket ended: every init it started is dying
@@ -123,8 +126,17 @@ func (s *Spawner) start(req leaseinit.SpawnRequest, ctl *os.File, netns *os.File
 		proc.mu.Unlock()
 		return nil, fmt.Errorf("asking the spawner for a lease init: %w", err)
 	}
-	a := <-answer // the reader answers every request, if only errSpawnerGone
-	return a.init, a.err
+	timer := time.NewTimer(leaseinit.StartTimeout)
+	defer timer.Stop()
+	select {
+	case a := <-answer: // the reader answers every request, if only errSpawnerGone
+		return a.init, a.err
+	case <-timer.C:
+		proc.mu.Lock()
+		delete(proc.answers, req.ID) // a late init is killed (read)
+		proc.mu.Unlock()
+		return nil, errors.New("the spawner of lease inits did not answer in time")
+	}
 }
 
 // running returns the spawner's current run, starting one if there is
@@ -198,12 +210,16 @@ func (p *spawnerProc) read() {
 		case answer != nil && r.Failure != "":
 			delete(p.answers, r.ID)
 			answer <- spawnAnswer{err: errors.New(r.Failure)}
-		case answer != nil && r.Pid > 0 && len(fds) == 1:
+		case r.Pid > 0 && len(fds) == 1:
 			delete(p.answers, r.ID)
 			init := &initProc{pid: r.Pid, pidfd: fds[0], exited: make(chan struct{})}
 			fds = nil
-			p.inits[r.ID] = init
-			answer <- spawnAnswer{init: init}
+			p.inits[r.ID] = init // reaped (Exited) even if nobody waits
+			if answer == nil {
+				init.signal(syscall.SIGKILL) // its create gave up waiting
+			} else {
+				answer <- spawnAnswer{init: init}
+			}
 		}
 		p.mu.Unlock()
 		closeFDs(fds)
