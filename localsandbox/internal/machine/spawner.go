@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -168,11 +169,24 @@ func (s *Spawner) running() (*spawnerProc, error) {
 		// of this process. It dies with the server, and its inits with it.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	}
-	if err := proc.cmd.Start(); err != nil {
+	// Its parent-death signal comes when the thread that started it ends,
+	// not the server: started on a thread of its own, which serves it
+	// until it is gone (read), no other goroutine's exit while locked to
+	// a thread (network's onThread does that on purpose) can kill every
+	// lease.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := proc.cmd.Start()
+		started <- err
+		if err == nil {
+			proc.read()
+		}
+	}()
+	if err := <-started; err != nil {
 		unix.Close(proc.sock)
 		return nil, fmt.Errorf("starting the spawner of lease inits: %w", err)
 	}
-	go proc.read()
 	s.current = proc
 	return proc, nil
 }
