@@ -49,7 +49,8 @@
 //	                    layout, host id ranges, cgroups and the freezer, the disk, a fork's copy
 //	internal/journal    a process's output journal
 //	internal/leaseinit  what runs inside a lease: the init hook, the lease init, the supervisor,
-//	                    the mounts of its root, the protocol with the server
+//	                    the mounts of its root, the protocol with the server; and the spawner,
+//	                    which clones the lease inits for the server
 //	internal/confine    capabilities, no_new_privs, the seccomp filter
 //	internal/proctree   process trees of /proc: freeze, signal, find by mark
 //	internal/hostfs     the server's every file operation below a lease directory: by descriptor, never through a symlink

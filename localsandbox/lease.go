@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -289,7 +288,7 @@ func (l *lease) owner() machine.Owner { return machine.Owner{UID: l.uid, GID: l.
 // machineSpec is what the machine of l is made of.
 func (s *Server) machineSpec(l *lease) *machine.Spec {
 	sp := &machine.Spec{Hostname: l.id, Dir: l.dir, ReadOnlyPaths: s.opts.ReadOnlyPaths, Owner: l.owner(), IDRange: l.idSlot >= 0,
-		ServerRoot: s.opts.Root, Program: s.init.path, MaxProcs: s.opts.MaxProcesses, MaxOpenFiles: s.opts.MaxOpenFiles}
+		ServerRoot: s.opts.Root, MaxProcs: s.opts.MaxProcesses, MaxOpenFiles: s.opts.MaxOpenFiles}
 	sp.Rootfs, sp.Above = s.imageLayers(l.rootfs)
 	return sp
 }
@@ -326,11 +325,7 @@ func (s *Server) startLease(l *lease) error {
 	}
 	var m *machine.Machine
 	if err == nil {
-		var start func(*exec.Cmd) error
-		if net != nil {
-			start = net.Start
-		}
-		m, err = machine.Start(spec, cg, start)
+		m, err = machine.Start(spec, cg, s.spawner, net.Namespace())
 	}
 	if err != nil {
 		net.Close()

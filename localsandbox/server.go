@@ -38,7 +38,8 @@ type Server struct {
 	hostGID   int
 	ids       *machine.IDSlots // the leases' host id ranges (a root server)
 	lock      *os.File
-	init      *initProgram // what lease inits and supervisors run
+	init      *initProgram     // what lease inits and supervisors run
+	spawner   *machine.Spawner // starts the lease inits (namespace mode)
 	handler   http.Handler
 	history   *history
 	limiter   *machine.Limiter    // the leases' cgroups; set after the isolation probe
@@ -119,6 +120,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.log.Info("lease inits and supervisors run the init program", "init_program", s.init.name)
+	s.spawner = machine.NewSpawner(s.init.path)
 	// The probe of chooseIsolation runs a lease, on the default image.
 	if err := s.setUpImages(context.Background()); err != nil {
 		s.init.Close()
@@ -126,11 +128,13 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if err := s.chooseIsolation(); err != nil {
+		s.spawner.Close()
 		s.init.Close()
 		s.lock.Close()
 		return nil, err
 	}
 	if err := s.setUpLimits(); err != nil {
+		s.spawner.Close()
 		s.init.Close()
 		s.lock.Close()
 		return nil, err
@@ -409,6 +413,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs <- fmt.Errorf("localsandbox: shutdown: process watchers still running: %w", ctx.Err())
 	}
 	s.limiter.Close()
+	s.spawner.Close()
 	s.init.Close()
 	s.lock.Close()
 	close(errs)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/sandboxflow/sandboxflow/activities"
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/devserver/bench"
 	"github.com/sandboxflow/sandboxflow/devserver/stack"
 	"github.com/sandboxflow/sandboxflow/devserver/temporalserver"
 	"github.com/sandboxflow/sandboxflow/internal/runresult"
@@ -441,7 +442,8 @@ func (d *demo) cpu() cpuTimes {
 	out := cpuTimes{"temporal": selfCPU()}
 	for _, h := range d.hosts {
 		out[h.name+" worker"] = procCPU(h.worker.Process.Pid)
-		out[h.name+" sandboxd"] = procCPU(h.sandboxd.Process.Pid)
+		// Its lease inits are reaped by its spawner, a live child.
+		out[h.name+" sandboxd"] = procCPU(h.sandboxd.Process.Pid) + bench.LiveChildrenCPU(h.sandboxd.Process.Pid)
 	}
 	return out
 }

@@ -15,6 +15,10 @@
 //	// pipe on fd 4.
 //	cmd := &exec.Cmd{Path: program, Args: []string{leaseinit.Arg0, root}, …}
 //
+//	// The spawner: started once by the server, it clones the lease inits
+//	// (SpawnRequest on its socket, fd 3) and reaps them.
+//	cmd := &exec.Cmd{Path: program, Args: []string{leaseinit.Arg0, "-", leaseinit.SpawnerArg}, …}
+//
 //	// The handshake: a server runs a program it did not build once, and
 //	// uses it only if it prints ProtocolVersion.
 //	cmd := &exec.Cmd{Path: program, Args: []string{leaseinit.Arg0, "-", leaseinit.VersionArg}}
@@ -26,7 +30,8 @@
 // # Where each mechanism is applied
 //
 // The namespaces (user, mount, PID, UTS, IPC, network) are made by the
-// server's clone of the init (machine.Start). Inside them:
+// clone of the init, which the spawner (spawner.go) makes at the server's
+// request (machine.Start). Inside them:
 //
 //   - leaseinit.go, runLeaseInit: non-dumpable (PR_SET_DUMPABLE),
 //     inherited descriptors close-on-exec (close_range), a session of its

@@ -25,6 +25,8 @@ import (
 //
 //   - a lease init (argv[2] == LeaseArg, leaseinit.go): pid 1 of a lease's
 //     namespaces, for the life of the sandbox;
+//   - the spawner (argv[2] == SpawnerArg, spawner.go): one per server, the
+//     parent of its lease inits;
 //   - a supervisor (this file): the parent of one managed process, a
 //     child subreaper, so that orphans of the command's tree come back to
 //     it. It forwards termination signals to every process of its tree,
@@ -71,6 +73,8 @@ func init() {
 		switch os.Args[2] {
 		case LeaseArg:
 			os.Exit(runLeaseInit())
+		case SpawnerArg:
+			os.Exit(runSpawner())
 		case VersionArg:
 			os.Stdout.WriteString(ProtocolVersion + "\n")
 			os.Exit(0)

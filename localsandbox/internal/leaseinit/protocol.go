@@ -3,6 +3,7 @@ package leaseinit
 import (
 	"encoding/json"
 	"fmt"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -18,6 +19,12 @@ import (
 //	server ──Request{signal} / Request{kill}────────────────▶ lease init
 //	server ◀──────────── {"started"} {"exited",code} on status ─ init or supervisor
 //	server ◀──── {"started"} + [terminal master] on status ─ supervisor (Terminal)
+//
+// and, on the spawner's socket (spawner.go), how a lease init comes to be:
+//
+//	server ──SpawnRequest + [control socket, network namespace]──▶ spawner
+//	server ◀──SpawnReply{pid} + [pidfd] or SpawnReply{failure}──── spawner
+//	server ◀──SpawnReply{exited} once the init was reaped────────── spawner
 
 // Program is the file name of the init program, a build of
 // cmd/sandboxflow-init: a small binary holding this package and little
@@ -30,7 +37,7 @@ const Program = "sandboxflow-init"
 // stale program beside a new server is refused at start rather than
 // misread mid-lease. Change it whenever this package changes;
 // TestProtocolVersionFollowsTheSource fails until you do.
-const ProtocolVersion = "sandboxflow-init/6"
+const ProtocolVersion = "sandboxflow-init/7"
 
 // Spawn kinds: an exec is forked by the init itself (cheap: no new binary
 // is loaded); a managed process runs under a supervisor, a child subreaper
@@ -59,6 +66,36 @@ type Request struct {
 type WinSize struct {
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`
+}
+
+// SpawnRequest asks the spawner to start a lease init: the init program
+// with argv [Arg0, Root, LeaseArg], cloned with Cloneflags (the lease's
+// namespaces) and, in its new user namespace, the given id maps; root of
+// that namespace, in a session of its own, killed when the spawner dies.
+// Attached: the init's end of its control socket, which becomes its fd 3,
+// and with NetNS the network namespace the server made for the lease,
+// which the init is started in (Cloneflags then lacks CLONE_NEWNET).
+type SpawnRequest struct {
+	ID         uint64                 `json:"id"`
+	Root       string                 `json:"root"`
+	Cloneflags uintptr                `json:"cloneflags"`
+	UIDMap     []syscall.SysProcIDMap `json:"uid_map"`
+	GIDMap     []syscall.SysProcIDMap `json:"gid_map"`
+	// Setgroups allows setgroups(2) in the namespace: a range of ids,
+	// where su, apt and the like set groups.
+	Setgroups bool `json:"setgroups,omitempty"`
+	NetNS     bool `json:"netns,omitempty"`
+}
+
+// SpawnReply is the spawner's answer to the SpawnRequest of ID: the
+// init's host pid, with a pidfd of it attached, or why it could not
+// start; and later, once the init was reaped (every process of its PID
+// namespace before it), Exited.
+type SpawnReply struct {
+	ID      uint64 `json:"id"`
+	Pid     int    `json:"pid,omitempty"`
+	Failure string `json:"failure,omitempty"`
+	Exited  bool   `json:"exited,omitempty"`
 }
 
 // Reply is the init's one message to the server: ready, or why not.

@@ -26,6 +26,7 @@ var sourceOfVersion = map[string]string{
 	"sandboxflow-init/4": "da07e5fc6890b591164ee00bd30feca3500e66773e5bcda1869ea4206904e14b",
 	"sandboxflow-init/5": "73578340227a7450f822828f55aab3535511810a10365f7d266aaf04904bfc22",
 	"sandboxflow-init/6": "74edf4b97ac78635baa414edcd5839c685478978232c456ac937a19605eb00bb",
+	"sandboxflow-init/7": "7fc1e99175b74b4d7d2cf940c6382d425e95e5983b336eda85403fb21ed82c8e",
 }
 
 // TestProtocolVersionFollowsTheSource fails when the code of an init

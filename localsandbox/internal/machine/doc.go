@@ -7,7 +7,8 @@
 //	sp := &machine.Spec{Hostname: id, Dir: dir, ReadOnlyPaths: paths, Owner: owner, IDRange: true, ServerRoot: root, …}
 //	err := sp.MakeRoot()                                  // upper/ and work/ of each layer
 //	cg, err := limiter.Create(id, machine.Limits{MemoryBytes: 1 << 30, MaxTasks: 512, VCPUs: 1})
-//	m, err := machine.Start(sp, cg, nil)                  // the lease init runs, its root built
+//	spawner := machine.NewSpawner(program)                // once per server
+//	m, err := machine.Start(sp, cg, spawner, nil)         // the lease init runs, its root built
 //	cmdID, err := m.Spawn(leaseinit.KindExec, argv, "/workspace", env, nil, []int{stdin, stdout, stderr, status})
 //	err = cg.Freeze()                                     // pause; Thaw resumes
 //	m.Stop()                                              // the init, and so every process of the lease, killed
@@ -19,10 +20,12 @@
 // # Where each mechanism is applied
 //
 //   - Namespaces (user, mount, PID, UTS, IPC, network): machine.go, Start,
-//     the clone flags of the lease init; its uid and gid maps are
-//     Spec.idMappings (rootfs.go). The network namespace is the one the
-//     server made for the lease where it can (package network: start is
-//     its Net.Start).
+//     the clone flags of the lease init, which the spawner (spawner.go;
+//     leaseinit/spawner.go) clones, not the server: a clone into a new
+//     user namespace copies the cloning process's page tables; its uid
+//     and gid maps are Spec.idMappings (rootfs.go). The network namespace
+//     is the one the server made for the lease where it can (package
+//     network: Net.Namespace).
 //   - Host id ranges: ids.go. A root server gives each lease IDsPerLease
 //     host ids of its own (IDSlots); a fork's copy is moved into its
 //     range (shiftOwners).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,15 +33,14 @@ import (
 
 // Machine is a running lease init, as the server holds it.
 type Machine struct {
-	cmd    *exec.Cmd
+	init   *initProc
 	ctl    int // our end of the control socket
 	nextID atomic.Uint64
 
 	sendMu sync.Mutex
 	closed bool // guarded by sendMu; the control socket is closed
 
-	exited chan struct{} // closed once the init was reaped: nothing of the lease is left
-	cgroup Cgroup        // the lease's, thawed after the kill (nil: none)
+	cgroup Cgroup // the lease's, thawed after the kill (nil: none)
 }
 
 // errGone means the lease init is not running anymore.
@@ -52,12 +50,12 @@ var errGone = errors.New("the sandbox's init is gone")
 // one request to the init.
 var ErrCommandTooLong = errors.New("the command line and environment are too long")
 
-// Start starts the lease init of the lease sp describes, in its cgroup cg
-// (nil: none), and waits until it has built the lease's environment. start
-// starts the init's command, cloned with every namespace: nil is
-// (*exec.Cmd).Start; network.Net.Start starts it in the network namespace
-// the server made for the lease instead of a new one.
-func Start(sp *Spec, cg Cgroup, start func(*exec.Cmd) error) (*Machine, error) {
+// Start starts the lease init of the lease sp describes, through
+// spawner, in its cgroup cg (nil: none), and waits until it has built the
+// lease's environment. The init is cloned with every namespace but the
+// network's when netns is not nil: the network namespace the server made
+// for the lease (package network), which it starts in instead.
+func Start(sp *Spec, cg Cgroup, spawner *Spawner, netns *os.File) (*Machine, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -73,50 +71,35 @@ func Start(sp *Spec, cg Cgroup, start func(*exec.Cmd) error) (*Machine, error) {
 		}
 	}
 	childEnd := os.NewFile(uintptr(fds[1]), "control")
-	m := &Machine{ctl: fds[0], exited: make(chan struct{})}
+	m := &Machine{ctl: fds[0]}
 	uids, gids := sp.idMappings()
-	m.cmd = &exec.Cmd{
-		Path:       sp.Program,
-		Args:       []string{leaseinit.Arg0, sp.ServerRoot, leaseinit.LeaseArg},
-		Env:        []string{"GORACE=atexit_sleep_ms=0"},
-		ExtraFiles: []*os.File{childEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			// No controlling terminal, its own session.
-			Setsid:    true,
-			Pdeathsig: syscall.SIGKILL,
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-			UidMappings:                uids,
-			GidMappings:                gids,
-			GidMappingsEnableSetgroups: gids[0].Size > 1, // a range: su, apt and the like set groups
-			// Become root of the namespace, that is HostUID outside.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
-		},
+	req := leaseinit.SpawnRequest{
+		Root: sp.ServerRoot,
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		UIDMap: uids, GIDMap: gids,
+		Setgroups: gids[0].Size > 1, // a range: su, apt and the like set groups
 	}
-	if start == nil {
-		start = (*exec.Cmd).Start
+	if netns == nil {
+		req.Cloneflags |= syscall.CLONE_NEWNET
 	}
-	if err := start(m.cmd); err != nil {
-		childEnd.Close()
+	m.init, err = spawner.start(req, childEnd, netns)
+	childEnd.Close()
+	if err != nil {
 		unix.Close(m.ctl)
 		return nil, fmt.Errorf("starting the lease init: %w", err)
 	}
-	childEnd.Close()
 	m.cgroup = cg
-	go func() {
-		m.cmd.Wait()
-		close(m.exited)
-	}()
 	if cg != nil {
 		// Before the init forks anything: every process of the lease is in
 		// the group.
-		if err := cg.AddProc(m.cmd.Process.Pid); err != nil {
+		if err := cg.AddProc(m.init.pid); err != nil {
 			m.Stop()
 			return nil, fmt.Errorf("putting the lease init in its cgroup: %w", err)
 		}
 	}
 
-	cfg, files, err := sp.setup(m.cmd.Process.Pid)
+	cfg, files, err := sp.setup(m.init.pid)
 	if err == nil {
 		err = m.send(cfg, files)
 	}
@@ -237,7 +220,7 @@ func (m *Machine) Kill(id uint64) {
 // Stop kills the init, and with it every process of the lease, and waits
 // until the kernel has reaped them all. It reports whether they are gone.
 func (m *Machine) Stop() bool {
-	m.cmd.Process.Signal(syscall.SIGKILL) // through a pidfd: never another process
+	m.init.signal(syscall.SIGKILL)
 	if m.cgroup != nil {
 		// A frozen process dies only once thawed.
 		m.cgroup.Thaw()
@@ -245,7 +228,7 @@ func (m *Machine) Stop() bool {
 	timer := time.NewTimer(leaseinit.KillConfirmTimeout)
 	defer timer.Stop()
 	select {
-	case <-m.exited:
+	case <-m.init.exited: // reaped: nothing of the lease is left
 	case <-timer.C:
 		return false
 	}
@@ -259,4 +242,4 @@ func (m *Machine) Stop() bool {
 }
 
 // Pid is the init's pid on the host.
-func (m *Machine) Pid() int { return m.cmd.Process.Pid }
+func (m *Machine) Pid() int { return m.init.pid }

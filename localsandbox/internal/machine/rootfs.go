@@ -49,10 +49,6 @@ type Spec struct {
 	// ServerRoot is the server's root directory, argv[1] of the init, by
 	// which a server restarted on it finds what a crashed one left.
 	ServerRoot string
-	// Program is what the server executes as the init, as exec takes it:
-	// a path to a build of cmd/sandboxflow-init (an open file's
-	// /proc/self/fd/N) or /proc/self/exe, the server's own binary.
-	Program string
 	// MaxProcs and MaxOpenFiles are the RLIMIT_NPROC and RLIMIT_NOFILE of
 	// the lease's commands.
 	MaxProcs, MaxOpenFiles int

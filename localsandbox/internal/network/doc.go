@@ -6,7 +6,7 @@
 //
 //	set, err := network.Compile(ctx, []string{"pypi.org:443"}, network.Grant{Rules: true}) // *InputError: 400
 //	n, err := network.New(network.Config{Slirp4netns: "/usr/bin/slirp4netns", MaxFlows: 1024, Marker: "SANDBOXFLOW_ROOT=/…", Cgroup: cg}, set, true)
-//	m, err := machine.Start(spec, cg, n.Start)          // the lease init, in n's namespace
+//	m, err := machine.Start(spec, cg, spawner, n.Namespace()) // the lease init, in n's namespace
 //	err = n.SetEgress(other)                            // the next connection follows the new rules
 //	n.Proxy(8000, answerFailure).ServeHTTP(w, r)        // a preview request, to 127.0.0.1:8000 in the lease
 //	n.Close()

@@ -299,16 +299,13 @@ func (n *Net) Close() {
 	n.netns.Close()
 }
 
-// Start starts cmd (the lease init, cloned with CLONE_NEWNET) in the
-// lease's namespace instead of a new one of its own; on nil it just starts
-// cmd.
-func (n *Net) Start(cmd *exec.Cmd) error {
+// Namespace is the lease's network namespace, in which the lease init
+// starts (machine.Start) instead of a new one of its own; nil on nil.
+func (n *Net) Namespace() *os.File {
 	if n == nil {
-		return cmd.Start()
+		return nil
 	}
-	cmd.SysProcAttr.Cloneflags &^= syscall.CLONE_NEWNET
-	// A child is forked by the calling thread and inherits its namespaces.
-	return inNetns(n.netns, cmd.Start)
+	return n.netns
 }
 
 // newNetns makes a network namespace and returns it as an open file.

@@ -1,0 +1,110 @@
+package localsandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
+	"golang.org/x/sys/unix"
+)
+
+// A lease init is cloned by the server's spawner (a small process, the
+// init program), not by the server: a clone into a new user namespace
+// copies the page tables of the process that clones, so cloned by the
+// server a create cost more the more memory the server's process held —
+// in the devserver, which holds the Temporal server too, 14 ms became
+// 25 ms after the bench's first parts (docs/PERFORMANCE.md, 2026-12-07).
+// Killed, the spawner takes its leases' inits with it (their parent-death
+// signal): those leases are destroyed cleanly, the next create starts
+// another spawner, and Shutdown leaves none behind.
+func TestLeaseInitsAreClonedByTheSpawner(t *testing.T) {
+	ts := startServer(t, Options{})
+	if ts.srv.isolation != IsolationNamespaces {
+		t.Skip("process-group mode has no lease init") // a non-root server without user namespaces
+	}
+	first, second := ts.createLease(), ts.createLease()
+	spawner := parentPid(t, ts.leaseInit(first))
+	if spawner == os.Getpid() {
+		t.Fatal("the server cloned the lease init itself")
+	}
+	if p := parentPid(t, ts.leaseInit(second)); p != spawner {
+		t.Errorf("the leases' inits have different parents: %d and %d", spawner, p)
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", spawner))
+	if want := leaseinit.Arg0 + "\x00-\x00" + leaseinit.SpawnerArg + "\x00"; string(cmdline) != want {
+		t.Fatalf("the inits' parent is %q, want the spawner %q", cmdline, want)
+	}
+	if parentPid(t, spawner) != os.Getpid() {
+		t.Errorf("the spawner is not the server's child")
+	}
+	if r := ts.exec(first, "echo ok"); r.Stdout != "ok\n" {
+		t.Fatalf("an exec in a lease the spawner started: %+v", r)
+	}
+
+	// The spawner dies: its inits die with it.
+	initPid := ts.leaseInit(first)
+	if err := syscall.Kill(spawner, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitExit(t, initPid)
+	for _, lease := range []string{first, second} {
+		ts.mustCall("DELETE", "/sandboxes/"+lease, nil, nil)
+	}
+	third := ts.createLease()
+	if r := ts.exec(third, "echo ok"); r.Stdout != "ok\n" {
+		t.Fatalf("an exec in a lease created after the spawner died: %+v", r)
+	}
+	respawned := parentPid(t, ts.leaseInit(third))
+	ts.mustCall("DELETE", "/sandboxes/"+third, nil, nil)
+	if st, _ := ts.srv.Stats(); st.Leases != 0 || st.Processes != 0 {
+		t.Errorf("after the destroys: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ts.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", respawned)); !os.IsNotExist(err) {
+		t.Errorf("the spawner %d is still there after Shutdown", respawned)
+	}
+}
+
+// parentPid is pid's parent, from /proc/PID/stat.
+func parentPid(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid (comm) state ppid ...
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// awaitExit waits until pid has exited (its pidfd polls readable).
+func awaitExit(t *testing.T, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == unix.ESRCH {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10_000)
+	if err != nil || n != 1 {
+		t.Fatalf("process %d did not exit within 10 s (%v)", pid, err)
+	}
+}
