@@ -302,11 +302,21 @@ func copySparse(dst *os.File, src string) error {
 	return nil
 }
 
+// loopAttach serialises attachLoop.
+var loopAttach sync.Mutex
+
 // attachLoop binds a free loop device to the backing file and returns it
 // open. It clears itself once nothing holds it (the file system is
 // unmounted). Device nodes the host's /dev lacks (no devtmpfs) are made in
 // nodes, and removed again.
 func attachLoop(backing int, nodes string) (int, error) {
+	// One attach at a time in this process: LOOP_CTL_GET_FREE answers
+	// every concurrent caller the same device, and 50 creates at once
+	// spent their 32 attempts each on one another ("no free loop device",
+	// TestFiftyConcurrentLeases). Other processes' attaches are the
+	// attempts' to outlast.
+	loopAttach.Lock()
+	defer loopAttach.Unlock()
 	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
