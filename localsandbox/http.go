@@ -108,11 +108,18 @@ func notFound(what string) *apiError { return &apiError{http.StatusNotFound, wha
 
 func conflict(msg string) *apiError { return &apiError{http.StatusConflict, msg} }
 
+// codeUnsupported is data.code of a declined feature; its message is
+// also in the unsupportedHeader header [ext].
+const (
+	codeUnsupported   = "UNSUPPORTED"
+	unsupportedHeader = "X-Sandboxd-Unsupported"
+)
+
 // unsupported is the 400 of a field or route of the official API that
 // this server does not serve: answered, never silently dropped. Both
 // arguments are the server's own words, never cut short.
 func unsupported(what, why string) *codedError {
-	return withCode("UNSUPPORTED", &apiError{http.StatusBadRequest, what + " is not supported by this server: " + why})
+	return withCode(codeUnsupported, &apiError{http.StatusBadRequest, what + " is not supported by this server: " + why})
 }
 
 // handlerFunc is an endpoint: it writes a success itself, or returns an
@@ -141,6 +148,11 @@ func (s *Server) endpoint(h handlerFunc) http.Handler {
 			apiErr = &apiError{http.StatusInternalServerError, "internal error"}
 		case errors.As(err, &coded):
 			code = coded.code
+		}
+		if code == codeUnsupported {
+			// Also where a client that shows only the status line and
+			// headers looks (the Jenkins plugin's tunnel).
+			w.Header().Set(unsupportedHeader, apiErr.msg)
 		}
 		writeFailure(w, apiErr.status, code, apiErr.msg)
 	})

@@ -154,6 +154,13 @@ func TestDeclinedRoutesAnswerUnsupported(t *testing.T) {
 			}
 		}
 	}
+	// A client that shows only the status line and headers (the Jenkins
+	// plugin's tunnel) sees why too.
+	resp := ts.request("POST", "/sandboxes/"+lease+"/tunnel/22", nil, nil)
+	resp.Body.Close()
+	if got := resp.Header.Get(unsupportedHeader); !strings.Contains(got, "is not supported by this server") {
+		t.Errorf("the tunnel's %s header: %q", unsupportedHeader, got)
+	}
 	for _, p := range []string{"/nowhere", "/sandboxes/" + lease + "/nothing", "/networksx"} {
 		if status, body := ts.rawCall("GET", p, nil); status != http.StatusNotFound || !strings.Contains(body, "no such endpoint") {
 			t.Errorf("GET %s: %d %s", p, status, body)
