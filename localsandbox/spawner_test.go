@@ -108,3 +108,89 @@ func awaitExit(t *testing.T, pid int) {
 		t.Fatalf("process %d did not exit within 10 s (%v)", pid, err)
 	}
 }
+
+// A lease holds no socket of the server's or of its spawner's: the init is
+// cloned with its own control socket at descriptor 3, over the spawner's
+// socket to the server, and nothing else of either is inherited — so no
+// process of a lease, the init or one a command left running, can send
+// the spawner a request or the server a reply.
+func TestALeaseHoldsNoSocketOfTheServersOrTheSpawners(t *testing.T) {
+	ts := startServer(t, Options{})
+	if ts.srv.isolation != IsolationNamespaces {
+		t.Skip("process-group mode has no lease init")
+	}
+	lease := ts.createLease()
+	if r := ts.exec(lease, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo started"); r.Stdout != "started\n" {
+		t.Fatalf("exec: %+v", r)
+	}
+	init := ts.leaseInit(lease)
+	spawner := parentPid(t, init)
+	theirs := map[string]bool{}
+	for _, pid := range []int{os.Getpid(), spawner} {
+		for _, s := range sockets(t, pid) {
+			theirs[s] = true
+		}
+	}
+	if len(theirs) == 0 {
+		t.Fatal("found no socket of the server's or the spawner's to compare with")
+	}
+	held := 0
+	for _, pid := range append([]int{init}, descendants(t, init)...) {
+		for _, s := range sockets(t, pid) {
+			held++
+			if theirs[s] {
+				t.Errorf("process %d of the lease holds %s, which the server or its spawner holds", pid, s)
+			}
+		}
+	}
+	if held == 0 {
+		t.Error("the lease's processes hold no socket at all: the init's control socket is missing, the check saw nothing")
+	}
+}
+
+// sockets lists the socket descriptors pid holds ("socket:[inode]").
+func sockets(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if link, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(link, "socket:") {
+			out = append(out, link)
+		}
+	}
+	return out
+}
+
+// descendants lists pid's descendants, from every process's parent.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
