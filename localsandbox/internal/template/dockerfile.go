@@ -30,6 +30,16 @@ import (
 // MaxSteps bounds the instructions of one Dockerfile.
 const MaxSteps = 200
 
+// maxEnvBytes bounds what the variables of a build hold together (names
+// and values of its ENVs and ARGs, over the base's), and so what one
+// expansion may produce: without it, ENV A=$A$A doubles A at each line,
+// and 40 such lines ask the server for a TiB at Parse. A command's
+// environment holds at most a few MiB anyway (execve's E2BIG).
+const maxEnvBytes = 1 << 20
+
+// errTooLarge is an expansion or a set of variables past maxEnvBytes.
+var errTooLarge = fmt.Errorf("the build's variables would hold more than %d bytes", maxEnvBytes)
+
 // Supported are the instructions of the subset.
 var Supported = []string{"FROM", "RUN", "ENV", "WORKDIR", "USER", "ARG"}
 
@@ -170,6 +180,9 @@ func (df *Dockerfile) Plan(base Config, environ map[string]string) (Plan, error)
 					b.env[kv.k] = kv.v
 				}
 			}
+			if b.varBytes() > maxEnvBytes {
+				return fail("%s: %v", word, errTooLarge)
+			}
 		case "WORKDIR":
 			if rest == "" || strings.ContainsRune(rest, 0) {
 				return fail("WORKDIR needs a path")
@@ -223,6 +236,17 @@ type planner struct {
 	workdir string
 	user    string // "" = root
 	steps   []Step
+}
+
+// varBytes is what the variables of the ENVs and ARGs so far hold.
+func (b *planner) varBytes() int {
+	n := 0
+	for _, m := range []map[string]string{b.env, b.args} {
+		for k, v := range m {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // lookup is what $NAME means at this point of the build.
@@ -323,10 +347,11 @@ func envPairs(word, rest string, lookup func(string) string) ([]envPair, error) 
 
 // words splits s at blanks outside quotes, removing the quotes and the
 // backslashes that escape a character, and expanding variables by lookup
-// outside single quotes.
+// outside single quotes; the words hold at most maxEnvBytes together.
 func words(s string, lookup func(string) string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
+	done := 0 // the bytes of the words in out
 	in := false
 	var quote rune
 	for i := 0; i < len(s); i++ {
@@ -350,11 +375,15 @@ func words(s string, lookup func(string) string) ([]string, error) {
 			} else {
 				cur.WriteString(lookup(name))
 				i = next - 1
+				if done+cur.Len() > maxEnvBytes {
+					return nil, errTooLarge
+				}
 			}
 			in = true
 		case quote == 0 && (c == ' ' || c == '\t'):
 			if in {
 				out = append(out, cur.String())
+				done += cur.Len()
 				cur.Reset()
 				in = false
 			}
@@ -372,7 +401,8 @@ func words(s string, lookup func(string) string) ([]string, error) {
 	return out, nil
 }
 
-// expand replaces $NAME and ${NAME} in s by lookup; \$ is a '$'.
+// expand replaces $NAME and ${NAME} in s by lookup; \$ is a '$'. The
+// result holds at most maxEnvBytes.
 func expand(s string, lookup func(string) string) (string, error) {
 	var out strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -391,6 +421,9 @@ func expand(s string, lookup func(string) string) (string, error) {
 			}
 			out.WriteString(lookup(name))
 			i = next - 1
+			if out.Len() > maxEnvBytes {
+				return "", errTooLarge
+			}
 		default:
 			out.WriteByte(s[i])
 		}

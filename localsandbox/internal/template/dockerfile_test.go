@@ -3,6 +3,7 @@ package template
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -129,5 +130,33 @@ func TestParseWithoutFrom(t *testing.T) {
 	}
 	if plan, err := df.Plan(Config{}, nil); err != nil || len(plan.Steps) != 1 {
 		t.Fatalf("%+v %v", plan, err)
+	}
+}
+
+// A Dockerfile cannot make the server expand variables without bound:
+// ENV A=$A$A doubles A at each line (40 lines would be a TiB), and many
+// pairs of one large variable add up. Each is refused, naming its line.
+func TestParseBoundsWhatVariablesExpandTo(t *testing.T) {
+	doubling := func(line string, n int) string {
+		return "ENV A=x\n" + strings.Repeat(line+"\n", n)
+	}
+	pairs := doubling("ENV A=$A$A", 16) + "ENV" + strings.Repeat(" B=$A", 20) + "\n" // 20 × 64 KiB
+	for name, src := range map[string]string{
+		"ENV K=V":     doubling("ENV A=$A$A", 22),
+		"ENV K V":     doubling("ENV A $A$A", 22),
+		"ARG":         "ARG A=x\n" + strings.Repeat("ARG A=${A}${A}\n", 22),
+		"WORKDIR":     doubling("ENV A=$A$A", 17) + "WORKDIR /$A$A$A$A$A$A$A$A$A\n", // 9 × 128 KiB
+		"many pairs":  pairs,
+		"one of each": doubling("ENV A=$A$A", 19) + "ENV B=$A C=$A D=$A\n",
+	} {
+		_, err := Parse(src)
+		var e *Error
+		if !errors.As(err, &e) || e.Line == 0 || !strings.Contains(e.Msg, "more than") {
+			t.Errorf("%s: %v, want an *Error of its line naming the bound", name, err)
+		}
+	}
+	// Below the bound, a large variable is fine.
+	if _, err := Parse(doubling("ENV A=$A$A", 18) + "RUN true\n"); err != nil {
+		t.Errorf("256 KiB of variables: %v", err)
 	}
 }
