@@ -24,10 +24,10 @@ import (
 // served by the server's goroutines until the lease's network closes. The
 // listener is the binding: whatever arrives on it concerns this lease and
 // no other, so no id in a request is read. The lease cannot take the port
-// over: it is bound before any of the lease's processes run, and the
-// lease's root may not bind a port below 1024 in a namespace that belongs
-// to the host's user namespace (no CAP_NET_BIND_SERVICE there), nor share
-// it (SO_REUSEPORT needs the same owner).
+// over: it is bound before any of the lease's processes run and held
+// until the network closes, and the lease cannot share it (SO_REUSEPORT
+// needs the same owner). (1029 is above 1024: CAP_NET_BIND_SERVICE, which
+// guards the resolver's port, dns.go, plays no part here.)
 //
 // A lease cannot use its agent to load the server: at most
 // agentConns connections are open at once (the next wait in the
