@@ -27,23 +27,7 @@ import (
 // user.overlay.* attributes) are kept: a lower layer honours them too.
 // It returns the bytes of the copy's regular files.
 func CopyRootLayer(src, dst string, from, to Owner) (int64, error) {
-	source, err := hostfs.Open(src)
-	if err != nil {
-		return 0, err
-	}
-	defer source.Close()
-	rel := filepath.Join(leaseinit.UpperDir, "root")
-	d, err := source.OpenDir(rel)
-	if err != nil {
-		return 0, fmt.Errorf("copying the root layer: %w", err)
-	}
-	d.Close()
-	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", filepath.Join(src, rel), dst).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("copying the root layer: %v: %.200s", err, out)
-	}
-	parent, name := filepath.Split(dst)
-	if err := shiftOwners(parent, []string{name}, from, to); err != nil {
+	if err := copyShifted("copying the root layer", src, filepath.Join(leaseinit.UpperDir, "root"), dst, from, to); err != nil {
 		return 0, err
 	}
 	layer, err := hostfs.Open(dst)
@@ -68,22 +52,7 @@ func CopyRootLayer(src, dst string, from, to Owner) (int64, error) {
 // not a part of the root's upper layer. It copies as CopyRootLayer does,
 // and is safe for the same reasons.
 func CopyWorkspace(src, dst string, from, to Owner) error {
-	source, err := hostfs.Open(src)
-	if err != nil {
-		return err
-	}
-	defer source.Close()
-	d, err := source.OpenDir(leaseinit.WorkspaceDir)
-	if err != nil {
-		return fmt.Errorf("copying the workspace: %w", err)
-	}
-	d.Close()
-	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", filepath.Join(src, leaseinit.WorkspaceDir), dst).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("copying the workspace: %v: %.200s", err, out)
-	}
-	parent, name := filepath.Split(dst)
-	return shiftOwners(parent, []string{name}, from, to)
+	return copyShifted("copying the workspace", src, leaseinit.WorkspaceDir, dst, from, to)
 }
 
 // SeedWorkspace copies the workspace a template kept (CopyWorkspace),
@@ -92,14 +61,27 @@ func CopyWorkspace(src, dst string, from, to Owner) error {
 // is the server's, in a directory no lease can write; the destination is
 // not yet reachable by the lease.
 func SeedWorkspace(src, dst string, from, to Owner) error {
-	tpl, err := hostfs.Open(src)
+	return copyShifted("seeding the workspace", filepath.Dir(src), filepath.Base(src), filepath.Join(dst, leaseinit.WorkspaceDir), from, to)
+}
+
+// copyShifted copies the directory rel of base (checked to be a
+// directory reached through no symlink) to dst with cp -a, which never
+// dereferences a symlink of the source, and moves the copy's owners from
+// from's id range into to's. what names the copy in its errors.
+func copyShifted(what, base, rel, dst string, from, to Owner) error {
+	source, err := hostfs.Open(base)
 	if err != nil {
-		return fmt.Errorf("seeding the workspace: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	tpl.Close()
-	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", src, filepath.Join(dst, leaseinit.WorkspaceDir)).CombinedOutput()
+	d, err := source.OpenDir(rel)
+	source.Close()
 	if err != nil {
-		return fmt.Errorf("seeding the workspace: %v: %.200s", err, out)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return shiftOwners(dst, []string{leaseinit.WorkspaceDir}, from, to)
+	d.Close()
+	out, err := exec.Command("cp", "-a", "--preserve=all", "--no-target-directory", filepath.Join(base, rel), dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %.200s", what, err, out)
+	}
+	return shiftOwners(filepath.Dir(dst), []string{filepath.Base(dst)}, from, to)
 }
