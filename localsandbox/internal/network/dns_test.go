@@ -284,12 +284,18 @@ func TestDNSLeaseResolverIsBounded(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < dnsForward {
 		t.Errorf("SERVFAIL after %v, before the upstream's time was up", elapsed)
 	}
-	// close ends everything, the open TCP connections too.
+	// close ends everything, the open TCP connections too, at once: not
+	// when their idle deadline comes (a read's timeout is not an end).
+	start = time.Now()
 	d.close()
 	closed = true
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("close took %v: it waited for the TCP connections' idle deadline", elapsed)
+	}
 	for _, c := range conns {
-		if _, err := c.Read(buf); err == nil {
-			t.Error("a TCP connection outlived the resolver")
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := c.Read(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("a TCP connection outlived the resolver: %v", err)
 		}
 		c.Close()
 	}
