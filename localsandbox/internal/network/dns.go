@@ -33,9 +33,12 @@ import (
 //
 // The policy is the egress in force at the time of the query:
 //
-//	"*"        the query is forwarded as it is to the upstream resolvers
-//	           (the host's /etc/resolv.conf by default) and the answer
-//	           passed back: everything is reachable anyway
+//	"*"        a standard query (opcode QUERY) is forwarded as it is to
+//	           the upstream resolvers (the host's /etc/resolv.conf by
+//	           default) and the answer passed back: everything is
+//	           reachable anyway; another opcode gets NOTIMP, since the
+//	           upstream sees the server ask (perhaps on the host's
+//	           loopback, which the lease cannot reach)
 //	rules      an A or AAAA query for the name of a rule is answered from
 //	           the addresses the server pinned for it when the rules were
 //	           set, the same the egress table admits; another type for
@@ -129,7 +132,10 @@ func decideDNS(query []byte, set Egress, limit int) dnsDecision {
 	if err != nil || h.Response {
 		return dnsDecision{}
 	}
-	if set.all {
+	if set.all && h.OpCode == 0 {
+		// A standard query only: the upstream may be the host's own
+		// resolver on its loopback, which sees the server ask, not the
+		// lease, and may take an UPDATE or NOTIFY from there.
 		return dnsDecision{forward: true}
 	}
 	reply := func(rcode dnsmessage.RCode, q *dnsmessage.Question, addrs []netip.Addr) dnsDecision {
