@@ -84,9 +84,7 @@ type sshPubkeysRequest struct {
 }
 
 func (s *Server) addSSHPubkeys(w http.ResponseWriter, r *http.Request) error {
-	return s.changeSSHPubkeys(w, r, func(held, keys []string) ([]string, error) {
-		return mergeSSHPubkeys(held, keys)
-	})
+	return s.changeSSHPubkeys(w, r, mergeSSHPubkeys)
 }
 
 func (s *Server) deleteSSHPubkeys(w http.ResponseWriter, r *http.Request) error {
