@@ -372,7 +372,7 @@ func (s *Server) createView(l *lease) sandboxView {
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req createSandboxRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	spec, err := s.validate(&req)

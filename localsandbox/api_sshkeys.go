@@ -109,7 +109,7 @@ func (s *Server) changeSSHPubkeys(w http.ResponseWriter, r *http.Request, change
 		return err
 	}
 	var req sshPubkeysRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if len(req.Keys) == 0 {
