@@ -100,7 +100,7 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 	}
 	s.addNetworkView(l, &v)
 	v.BandwidthIngressBytes = v.Network.BytesIn
-	if ip := s.leaseIP(l, status); ip.IsValid() {
+	if ip := s.leaseIP(l); ip.IsValid() {
 		v.IP = ip.String() // an address that identifies the lease (api_byip.go)
 	}
 	if withLimits {
