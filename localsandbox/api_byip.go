@@ -22,16 +22,10 @@ import (
 var hostLoopback = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
 // leaseIP is l's ip: its own address (see above), or the host's loopback.
-// A destroyed lease is given no new address.
-func (s *Server) leaseIP(l *lease, status string) netip.Addr {
+// A destroyed lease is given no new address (previewAddr).
+func (s *Server) leaseIP(l *lease) netip.Addr {
 	if l.isolation != IsolationNamespaces {
 		return hostLoopback
-	}
-	if status == stateDestroyed {
-		st := &s.ingress
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return st.addrOf[l] // the zero Addr if it was released
 	}
 	return s.previewAddr(l)
 }

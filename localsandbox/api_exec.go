@@ -29,7 +29,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer l.hold()() // not idle while the exec runs
 	var req processRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.Pty != nil {

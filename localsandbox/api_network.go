@@ -36,7 +36,7 @@ func (s *Server) putEgress(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req putEgressRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	if l.isolation != IsolationNamespaces {
@@ -72,7 +72,7 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req patchSandboxRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	// Everything is checked before anything changes.
@@ -139,7 +139,7 @@ func (s *Server) rechargeBandwidth(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	var req rechargeRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.AddBytes <= 0 {

@@ -117,7 +117,7 @@ func (s *Server) createProcess(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req processRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.Stream || req.Stdin != nil {
@@ -277,7 +277,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		DataBase64 *string `json:"data_base64"`
 	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.DataBase64 == nil {
@@ -325,7 +325,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Signal string `json:"signal"`
 	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	sig, ok := allowedSignals[req.Signal]
@@ -349,7 +349,7 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req terminalSize
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	size, err := req.winSize()

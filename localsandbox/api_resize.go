@@ -35,7 +35,7 @@ func (s *Server) resizeSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req resizeRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.DiskMiB > maxDiskMiB {

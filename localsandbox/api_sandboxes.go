@@ -100,7 +100,7 @@ func (s *Server) view(l *lease, withLimits bool) sandboxView {
 	}
 	s.addNetworkView(l, &v)
 	v.BandwidthIngressBytes = v.Network.BytesIn
-	if ip := s.leaseIP(l, status); ip.IsValid() {
+	if ip := s.leaseIP(l); ip.IsValid() {
 		v.IP = ip.String() // an address that identifies the lease (api_byip.go)
 	}
 	if withLimits {
@@ -372,7 +372,7 @@ func (s *Server) createView(l *lease) sandboxView {
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req createSandboxRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	spec, err := s.validate(&req)

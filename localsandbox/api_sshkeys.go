@@ -84,9 +84,7 @@ type sshPubkeysRequest struct {
 }
 
 func (s *Server) addSSHPubkeys(w http.ResponseWriter, r *http.Request) error {
-	return s.changeSSHPubkeys(w, r, func(held, keys []string) ([]string, error) {
-		return mergeSSHPubkeys(held, keys)
-	})
+	return s.changeSSHPubkeys(w, r, mergeSSHPubkeys)
 }
 
 func (s *Server) deleteSSHPubkeys(w http.ResponseWriter, r *http.Request) error {
@@ -111,7 +109,7 @@ func (s *Server) changeSSHPubkeys(w http.ResponseWriter, r *http.Request, change
 		return err
 	}
 	var req sshPubkeysRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if len(req.Keys) == 0 {

@@ -74,7 +74,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req createTemplateRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	// The rule is the library's, which checks a name before anything is

@@ -50,7 +50,7 @@ import (
 // fileRoot is where a files request resolves its path.
 type fileRoot struct {
 	fd      int    // an O_PATH directory: the lease's root, or its workspace or tmp
-	rel     string // the path below fd, clean and relative
+	rel     string // the path below fd, clean, relative and never empty
 	resolve uint64 // the openat2 rules of every lookup below fd
 	// devs are the devices of the lease's /dev and /dev/shm: nothing on
 	// them is a file of the API.
@@ -255,9 +255,6 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer fr.Close()
-	if fr.rel == "" {
-		return badRequest("path is a directory")
-	}
 	// O_NONBLOCK keeps a FIFO from blocking the open.
 	fd, err := fr.open(fr.rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
@@ -298,9 +295,6 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer fr.Close()
-	if fr.rel == "" {
-		return badRequest("path is a directory")
-	}
 	dir, name := path.Split(fr.rel)
 	dirfd, fd := -1, -1
 	var tmpName string

@@ -47,7 +47,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req forkRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	spec, err := s.forkSpec(src, &req)

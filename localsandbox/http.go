@@ -2,7 +2,6 @@ package localsandbox
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -129,7 +128,6 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) endpoint(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(context.WithValue(r.Context(), unknownFieldsKey{}, &s.unknownFields))
 		err := h(w, r)
 		if err == nil {
 			return
@@ -261,7 +259,7 @@ func statusCode(status int) string {
 // name once (unknownFields), so that an operator sees what is dropped. A
 // field of the official API that this server does not serve is not
 // unknown: v names it, and the handler refuses it by name (unsupported).
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -291,9 +289,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("trailing data after the JSON object")
 	}
-	if u, ok := r.Context().Value(unknownFieldsKey{}).(*unknownFields); ok {
-		u.note(r, body, v)
-	}
+	s.unknownFields.note(r, body, v)
 	return nil
 }
 
@@ -307,10 +303,6 @@ type unknownFields struct {
 }
 
 const maxUnknownFields = 256
-
-// unknownFieldsKey is the context key under which a request carries its
-// server's unknownFields (Server.endpoint puts it there).
-type unknownFieldsKey struct{}
 
 // note logs the top-level fields of body that v's type does not name and
 // that were not logged before.

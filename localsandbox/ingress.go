@@ -123,13 +123,19 @@ func (l *lease) publishNow() {
 // long as it lives, the addresses of destroyed leases taken again.
 var previewNet = netip.MustParsePrefix("127.100.0.0/16")
 
-// previewAddr is l's preview address, allocated on first use.
+// previewAddr is l's preview address, allocated on first use; the zero
+// Addr once l is destroyed and its address released (a destroy sets the
+// state before releasePreviewAddr, so a caller that raced it allocates
+// nothing that would outlive the lease).
 func (s *Server) previewAddr(l *lease) netip.Addr {
 	st := &s.ingress
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if a, ok := st.addrOf[l]; ok {
 		return a
+	}
+	if l.status() == stateDestroyed {
+		return netip.Addr{}
 	}
 	if st.addrs == nil {
 		st.addrs, st.addrOf, st.claims = map[netip.Addr]*lease{}, map[*lease]netip.Addr{}, map[netip.Addr]*os.File{}

@@ -25,3 +25,15 @@ func TestPreviewAddressesAreClaimedHostWide(t *testing.T) {
 	one.releasePreviewAddr(first)
 	require.Equal(t, a1, three.previewAddr(&lease{}), "a destroyed lease's address is free for any server")
 }
+
+// A view that races a destroy asks for the address of a lease already
+// destroyed, whose address was released: it is given none, so nothing
+// holds an address (and its host-wide claim) for a lease that is gone.
+func TestADestroyedLeaseIsGivenNoPreviewAddress(t *testing.T) {
+	s := &Server{}
+	s.ingress.claimDir = t.TempDir()
+	gone := &lease{state: stateDestroyed}
+	require.False(t, s.previewAddr(gone).IsValid(), "a destroyed lease was given an address")
+	require.Empty(t, s.ingress.addrOf, "an address is held for a destroyed lease")
+	require.Empty(t, s.ingress.claims, "a claim is held for a destroyed lease")
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox/internal/leaseinit"
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +28,7 @@ import (
 func TestLeaseInitsAreClonedByTheSpawner(t *testing.T) {
 	ts := startServer(t, Options{})
 	if ts.srv.isolation != IsolationNamespaces {
-		t.Skip("process-group mode has no lease init") // a non-root server without user namespaces
+		testenv.Missing(t, "namespace isolation: process-group mode has no lease init") // a non-root server without user namespaces
 	}
 	first, second := ts.createLease(), ts.createLease()
 	spawner := parentPid(t, ts.leaseInit(first))
@@ -117,7 +118,7 @@ func awaitExit(t *testing.T, pid int) {
 func TestALeaseHoldsNoSocketOfTheServersOrTheSpawners(t *testing.T) {
 	ts := startServer(t, Options{})
 	if ts.srv.isolation != IsolationNamespaces {
-		t.Skip("process-group mode has no lease init")
+		testenv.Missing(t, "namespace isolation: process-group mode has no lease init")
 	}
 	lease := ts.createLease()
 	if r := ts.exec(lease, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo started"); r.Stdout != "started\n" {

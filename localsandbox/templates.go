@@ -370,13 +370,18 @@ func (st *templateStore) layers(id string) (image string, dirs []string, ok bool
 		return "", nil, false
 	}
 	for _, cid := range meta.Chain {
-		dir := filepath.Join(st.dir, cid)
-		if _, live := st.byID[cid]; !live {
-			dir = filepath.Join(st.dir, deletedDir+cid)
-		}
-		dirs = append(dirs, filepath.Join(dir, layerDir))
+		dirs = append(dirs, filepath.Join(st.dirLocked(cid), layerDir))
 	}
 	return meta.Image, dirs, true
+}
+
+// dirLocked is the directory of template id: its own while it is live,
+// its renamed one once it was deleted (retired).
+func (st *templateStore) dirLocked(id string) string {
+	if _, live := st.byID[id]; live {
+		return filepath.Join(st.dir, id)
+	}
+	return filepath.Join(st.dir, deletedDir+id)
 }
 
 // newTemplate registers a pending template and makes its directory.
@@ -854,11 +859,7 @@ func (st *templateStore) workspace(id string) (string, bool) {
 		return "", false
 	}
 	for _, cid := range slices.Backward(meta.Chain) {
-		dir := filepath.Join(st.dir, cid)
-		if _, live := st.byID[cid]; !live {
-			dir = filepath.Join(st.dir, deletedDir+cid)
-		}
-		dir = filepath.Join(dir, workspaceDir)
+		dir := filepath.Join(st.dirLocked(cid), workspaceDir)
 		if _, err := os.Lstat(dir); err == nil {
 			return dir, true
 		}
