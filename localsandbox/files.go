@@ -208,17 +208,22 @@ func (fr *fileRoot) asOwner(fn func() error) error {
 	runtime.LockOSThread()
 	uid, _ := unix.SetfsuidRetUid(-1)
 	gid, _ := unix.SetfsgidRetGid(-1)
+	// Restored however fn ends, a panic included (the server recovers
+	// handlers' panics and the goroutine serves the connection's next
+	// request); a thread whose ids did not come back stays locked, and so
+	// ends with its goroutine.
+	defer func() {
+		unix.Setfsuid(uid)
+		unix.Setfsgid(gid)
+		nowUID, _ := unix.SetfsuidRetUid(-1)
+		nowGID, _ := unix.SetfsgidRetGid(-1)
+		if nowUID == uid && nowGID == gid {
+			runtime.UnlockOSThread()
+		}
+	}()
 	unix.Setfsgid(fr.own.GID)
 	unix.Setfsuid(fr.own.UID)
-	err := fn()
-	unix.Setfsuid(uid)
-	unix.Setfsgid(gid)
-	nowUID, _ := unix.SetfsuidRetUid(-1)
-	nowGID, _ := unix.SetfsgidRetGid(-1)
-	if nowUID == uid && nowGID == gid {
-		runtime.UnlockOSThread()
-	}
-	return err
+	return fn()
 }
 
 // pathError maps a lookup failure to its answer.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
+	"github.com/sandboxflow/sandboxflow/localsandbox/internal/hostfs"
+	"golang.org/x/sys/unix"
 )
 
 func TestFilesRoundTripWithParentsAndOwnership(t *testing.T) {
@@ -302,5 +304,22 @@ func TestFilesOfAProcessGroupLease(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(host); len(entries) != 1 {
 		t.Errorf("the host's %s holds %d files", host, len(entries))
+	}
+}
+
+// A panic inside asOwner (recovered by the server, whose goroutine then
+// serves the connection's next request) leaves no thread with a lease's
+// file system ids: before, the ids were restored only on a normal return.
+func TestAsOwnerRestoresTheIdsOnAPanic(t *testing.T) {
+	testenv.RequireRoot(t, "setfsuid to another id needs CAP_SETUID")
+	fr := &fileRoot{own: &hostfs.Owner{UID: 100000, GID: 100000}}
+	func() {
+		defer func() { recover() }()
+		fr.asOwner(func() error { panic("in the callback") })
+	}()
+	uid, _ := unix.SetfsuidRetUid(-1)
+	gid, _ := unix.SetfsgidRetGid(-1)
+	if uid != 0 || gid != 0 {
+		t.Errorf("after a panic the thread's fsuid/fsgid are %d/%d, want 0/0", uid, gid)
 	}
 }
