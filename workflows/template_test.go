@@ -298,3 +298,33 @@ func TestASessionsForkOnAFleetMakesItsLeasesOnTheTemplatesHost(t *testing.T) {
 	assert.Contains(t, f.calls, activities.NameAcquireFreshLease+" sbx-2@"+h2Queue, "the fork's fresh lease, on the template's host: %v", f.calls)
 	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
 }
+
+// A run cancelled while its template builds ends cancelled and releases
+// the lease it was given: the build is cancelled with it.
+func TestRunCommandCancelledWhileItsTemplateBuildsReleasesItsGivenLease(t *testing.T) {
+	var h *harness
+	h, _ = newTemplateHarness(t, func(ctx context.Context, _ sandbox.TemplateSpec) (sandbox.Template, error) {
+		h.env.CancelWorkflow()
+		<-ctx.Done()
+		return sandbox.Template{}, ctx.Err()
+	})
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := request("true")
+	req.Dockerfile, req.LeaseID = bakedDockerfile, "sbx-9"
+	_, err := h.run(req)
+	assert.True(t, temporal.IsCanceledError(err), "%v", err)
+	assert.Equal(t, PhaseCanceled, h.queryState(t).Phase)
+}
+
+// A session given a lease whose template fails to build fails typed and
+// destroys that lease, which it owned from its start.
+func TestSessionReleasesItsGivenLeaseWhenItsTemplateFailsToBuild(t *testing.T) {
+	h, _ := newTemplateHarness(t, failsToBuild)
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := sessionRequest()
+	req.Dockerfile, req.LeaseID = "FROM devbox:1\nRUN false\n", "sbx-9"
+	_, err := h.runSession(req)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, applicationErrorType(err))
+}
