@@ -1111,6 +1111,7 @@ func (r *recorder) text(s sandbox.Stream) string {
 // (fakeServer.build) is over by the next request.
 type fakeTemplate struct {
 	id, name, dockerfile, status string
+	fromSandbox                  string // a snapshot's
 	lines                        []string
 }
 
@@ -1156,7 +1157,14 @@ func (f *fakeServer) getTemplate(w http.ResponseWriter, r *http.Request) {
 		f.refuse(w, http.StatusNotFound, "NOT_FOUND")
 		return
 	}
-	writeData(w, map[string]any{"id": t.id, "name": t.name, "status": t.status})
+	view := map[string]any{"id": t.id, "name": t.name, "status": t.status}
+	if t.fromSandbox != "" {
+		view["from_sandbox"] = t.fromSandbox
+	}
+	if r.URL.Query().Get("include") == "dockerfile" && t.dockerfile != "" {
+		view["dockerfile"] = t.dockerfile
+	}
+	writeData(w, view)
 }
 
 // followTemplate answers the log, followed (NDJSON, ending with the final

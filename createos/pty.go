@@ -54,8 +54,8 @@ func checkTerminalSize(rows, cols int) error {
 
 // OpenTerminal starts spec in the sandbox leaseID on a new terminal.
 func (c *Client) OpenTerminal(ctx context.Context, leaseID string, spec TerminalSpec) (*Terminal, error) {
-	if !sandbox.ValidID(leaseID) {
-		return nil, &sandbox.InvalidInputError{Field: "lease id", Reason: "not a valid id"}
+	if err := sandbox.CheckID("lease id", leaseID); err != nil {
+		return nil, err
 	}
 	if err := checkTerminalSize(spec.Rows, spec.Cols); err != nil {
 		return nil, err

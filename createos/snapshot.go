@@ -29,11 +29,11 @@ func (c *Client) SnapshotLease(ctx context.Context, leaseID, name string) (sandb
 			Name        string `json:"name"`
 			FromSandbox string `json:"from_sandbox"`
 		}{name, leaseID}}
-	var data snapshotData
+	var data templateData
 	err := c.call(ctx, rq, &data)
 	if statusOf(err) == http.StatusConflict {
 		rq = request{op: "get template", method: http.MethodGet, path: templatePath(name)}
-		data = snapshotData{}
+		data = templateData{}
 		if err = c.call(ctx, rq, &data); err == nil && (data.FromSandbox != leaseID || data.Status != templateReady) {
 			return sandbox.Template{}, &sandbox.InvalidInputError{Field: "name",
 				Reason: "names a template that is not a snapshot of sandbox " + leaseID}
@@ -44,19 +44,13 @@ func (c *Client) SnapshotLease(ctx context.Context, leaseID, name string) (sandb
 	if err != nil {
 		return sandbox.Template{}, err
 	}
-	if err := checkTemplate(rq.op, data.templateData, name); err != nil {
+	if err := checkTemplate(rq.op, data, name); err != nil {
 		return sandbox.Template{}, err
 	}
 	if data.Status != templateReady {
 		return sandbox.Template{}, invalidResponse(rq.op, "the snapshot is not ready")
 	}
 	return sandbox.Template{ID: data.ID, Name: name}, nil
-}
-
-// snapshotData is a TemplateView with the sandbox a snapshot copied.
-type snapshotData struct {
-	templateData
-	FromSandbox string `json:"from_sandbox"`
 }
 
 var _ sandbox.LeaseSnapshotter = (*Client)(nil)

@@ -38,6 +38,10 @@ type templateData struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
 	Status string `json:"status"`
+	// Dockerfile is what the template was built from (with
+	// ?include=dockerfile), FromSandbox the sandbox a snapshot copied.
+	Dockerfile  string `json:"dockerfile,omitempty"`
+	FromSandbox string `json:"from_sandbox,omitempty"`
 }
 
 // templateEvent is one NDJSON event of a followed build log.
@@ -57,7 +61,8 @@ type templateEvent struct {
 // finding the name. A template of that name that failed fails again, the
 // same way, without a rebuild: its Dockerfile is what failed, so a rebuild
 // would too (delete the template to try again, after fixing what it
-// needed from outside).
+// needed from outside). A template of that name not built from spec's
+// Dockerfile (a snapshot, say) is refused (templateOf).
 //
 // The build log's lines go to onLog as they come; a follow that the
 // server ends before the build does (the hosted service may) is resumed
@@ -67,11 +72,11 @@ func (c *Client) EnsureTemplate(ctx context.Context, spec sandbox.TemplateSpec, 
 		return sandbox.Template{}, err
 	}
 	name := spec.Name()
-	data, err := c.getTemplate(ctx, name)
+	data, err := c.templateOf(ctx, spec)
 	if statusOf(err) == http.StatusNotFound {
 		data, err = c.createTemplate(ctx, name, spec)
 		if statusOf(err) == http.StatusConflict {
-			data, err = c.getTemplate(ctx, name)
+			data, err = c.templateOf(ctx, spec)
 		}
 	}
 	if err != nil {
@@ -83,10 +88,26 @@ func (c *Client) EnsureTemplate(ctx context.Context, spec sandbox.TemplateSpec, 
 	return c.followTemplate(ctx, data, onLog)
 }
 
-// getTemplate reads a template by id or name; a missing one is the
-// *sandbox.APIError of a 404.
+// templateOf reads the template named spec.Name(), which must be a build
+// of spec's Dockerfile: the name is all that EnsureTemplate finds it by, and
+// anyone who can make templates can take a name (a session's snapshot, a
+// build of another Dockerfile), so a template of that name made otherwise
+// would give every run of spec files that its Dockerfile never made. Such a
+// template is a *sandbox.InvalidInputError naming "dockerfile". (A server
+// that does not echo the Dockerfile is trusted with the name.)
+func (c *Client) templateOf(ctx context.Context, spec sandbox.TemplateSpec) (templateData, error) {
+	data, err := c.getTemplate(ctx, spec.Name())
+	if err == nil && (data.FromSandbox != "" || data.Dockerfile != "" && data.Dockerfile != spec.Dockerfile) {
+		return templateData{}, &sandbox.InvalidInputError{Field: "dockerfile",
+			Reason: "the template named " + spec.Name() + " is not a build of this Dockerfile (a snapshot, or another build under its name): delete it"}
+	}
+	return data, err
+}
+
+// getTemplate reads a template by id or name, its Dockerfile included; a
+// missing one is the *sandbox.APIError of a 404.
 func (c *Client) getTemplate(ctx context.Context, idOrName string) (templateData, error) {
-	rq := request{op: "get template", method: http.MethodGet, path: templatePath(idOrName)}
+	rq := request{op: "get template", method: http.MethodGet, path: templatePath(idOrName), query: url.Values{"include": {"dockerfile"}}}
 	var data templateData
 	if err := c.call(ctx, rq, &data); err != nil {
 		return templateData{}, err

@@ -69,6 +69,28 @@ func TestEnsureTemplateFailsTypedWithTheLogTail(t *testing.T) {
 	assert.Equal(t, 1, f.count("createTemplate"), "a failed build of the same content is not built again")
 }
 
+// A template that holds the Dockerfile's name but was not built from it —
+// a session's snapshot named so, or a build of another Dockerfile under the
+// name — is refused, not run on: its files are not the Dockerfile's.
+func TestEnsureTemplateRefusesATemplateOfItsNameMadeOtherwise(t *testing.T) {
+	spec := sandbox.TemplateSpec{Dockerfile: testDockerfile}
+	for name, squatter := range map[string]*fakeTemplate{
+		"snapshot":         {id: "tpl-99", name: spec.Name(), status: "ready", fromSandbox: "sbx-1"},
+		"other dockerfile": {id: "tpl-99", name: spec.Name(), status: "ready", dockerfile: "FROM devbox:1\nRUN echo planted > /opt/baked\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeServer(t)
+			f.templates[squatter.id] = squatter
+			c := newTestClient(t, f)
+			_, err := c.EnsureTemplate(context.Background(), spec, nil)
+			assert.True(t, sandbox.IsInvalidInputError(err), "%v", err)
+			assert.Equal(t, "dockerfile", sandbox.DetailsOf(err).Field)
+			assert.False(t, sandbox.Retryable(err))
+			assert.Zero(t, f.count("createTemplate"))
+		})
+	}
+}
+
 // Two runs racing for one Dockerfile: the loser's create is answered 409
 // and it follows the winner's build instead.
 func TestEnsureTemplateFollowsTheBuildThatWonTheName(t *testing.T) {

@@ -150,12 +150,18 @@ func (s *SessionClient) FirstRunID() string { return s.runID }
 // Execute runs a command in the session, after the commands already
 // queued. An invalid command is rejected before anything is sent.
 func (s *SessionClient) Execute(ctx context.Context, cmd workflows.SessionCommand) (workflows.SessionResult, error) {
-	if err := cmd.Validate(); err != nil {
-		return workflows.SessionResult{}, err
+	return sendValid[workflows.SessionResult](ctx, s, workflows.UpdateExecute, cmd)
+}
+
+// sendValid sends the Update name with in, unless in is not valid, and
+// returns its answer.
+func sendValid[Out any](ctx context.Context, s *SessionClient, name string, in interface{ Validate() error }) (Out, error) {
+	var out Out
+	if err := in.Validate(); err != nil {
+		return out, err
 	}
-	var res workflows.SessionResult
-	err := sessionupdate.Send(ctx, s.c, s.id, newUpdateID(), workflows.UpdateExecute, &res, cmd)
-	return res, err
+	err := sessionupdate.Send(ctx, s.c, s.id, newUpdateID(), name, &out, in)
+	return out, err
 }
 
 // Pause pauses the session's lease.
@@ -176,13 +182,7 @@ func (s *SessionClient) Resume(ctx context.Context) (workflows.SessionState, err
 // commands already queued, and of every lease the session takes later.
 // Invalid rules are rejected before anything is sent.
 func (s *SessionClient) SetEgress(ctx context.Context, rules []string) (workflows.SessionState, error) {
-	in := workflows.SessionEgress{Egress: rules}
-	if err := in.Validate(); err != nil {
-		return workflows.SessionState{}, err
-	}
-	var state workflows.SessionState
-	err := sessionupdate.Send(ctx, s.c, s.id, newUpdateID(), workflows.UpdateSetEgress, &state, in)
-	return state, err
+	return sendValid[workflows.SessionState](ctx, s, workflows.UpdateSetEgress, workflows.SessionEgress{Egress: rules})
 }
 
 // Fork forks the session's lease, after the commands already queued, into
@@ -203,13 +203,7 @@ func (s *SessionClient) Fork(ctx context.Context) (*SessionClient, error) {
 // empty name names the template after the session and the Update. An
 // invalid name is rejected before anything is sent. See UpdateSnapshot.
 func (s *SessionClient) Snapshot(ctx context.Context, name string) (sandbox.Template, error) {
-	in := workflows.SessionSnapshot{Name: name}
-	if err := in.Validate(); err != nil {
-		return sandbox.Template{}, err
-	}
-	var template sandbox.Template
-	err := sessionupdate.Send(ctx, s.c, s.id, newUpdateID(), workflows.UpdateSnapshot, &template, in)
-	return template, err
+	return sendValid[sandbox.Template](ctx, s, workflows.UpdateSnapshot, workflows.SessionSnapshot{Name: name})
 }
 
 // Close runs the commands already queued, destroys the lease and ends the

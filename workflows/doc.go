@@ -76,8 +76,8 @@
 //	PauseLease,        2 min                 30 s       5 attempts, 1 s → 30 s
 //	  ResumeLease,
 //	  SetEgress (sessions)
-//	ForkLease          10 min                30 s       5 attempts, 1 s → 30 s
-//	  (sessions)
+//	ForkLease,         10 min                30 s       5 attempts, 1 s → 30 s
+//	  SnapshotLease (sessions)
 //	EnsureTemplate     35 min                30 s       5 attempts, 1 s → 30 s
 //
 // On a fleet, every activity on a lease also waits at most

@@ -74,6 +74,27 @@ func TestUnattendedCommandFailsTypedAndItsLeaseIsDestroyed(t *testing.T) {
 	assert.Equal(t, 1, d.Starts)
 }
 
+// An unattended command's lease that could not be destroyed at once is
+// destroyed by the release, though the request asked to keep it: the
+// process may still run on it, with nobody to follow it.
+func TestUnattendedCommandsLeaseIsDestroyedByTheReleaseWhenTheFirstDestroyFails(t *testing.T) {
+	h := newHarness(t)
+	h.expectCreate(1)
+	h.expectNoOrphans()
+	h.env.OnActivity(activities.NameExecute, mock.Anything, mock.Anything).
+		Return(sandbox.Result{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil))
+	gomock.InOrder(
+		h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(&sandbox.APIError{Status: 403, Operation: "delete sandbox"}),
+		h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil),
+	)
+
+	req := request("deploy")
+	req.KeepLease = true
+	_, err := h.run(req)
+
+	assert.True(t, sandbox.IsUnattended(err), "%v", err)
+}
+
 // A command whose kill was not confirmed runs again on a fresh lease: the
 // Result counts both starts.
 func TestStartsCountTheCommandOnEveryLease(t *testing.T) {

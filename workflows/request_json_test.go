@@ -73,11 +73,11 @@ func TestMalformedRequestFailsAsInvalidInputNamingTheField(t *testing.T) {
 // SandboxInvalidInput naming the input as a whole.
 func TestInputsRefusePlaintext(t *testing.T) {
 	req, sreq := &Request{Command: sandbox.Command{Argv: []string{"true"}}}, &SessionRequest{}
-	cmd, egress := &SessionCommand{Command: req.Command}, &SessionEgress{Egress: []string{"*"}}
+	cmd, egress, snapshot := &SessionCommand{Command: req.Command}, &SessionEgress{Egress: []string{"*"}}, &SessionSnapshot{}
 	inputs := []interface {
 		codec.PlaintextRefuser
 		Validate() error
-	}{req, sreq, cmd, egress}
+	}{req, sreq, cmd, egress, snapshot}
 	for _, in := range inputs {
 		require.NoError(t, in.Validate(), "%T", in)
 		in.RefusePlaintext()

@@ -17,11 +17,21 @@ type SessionSnapshot struct {
 	// the Update ("snap-" and 16 hex digits), so that a repeat of the
 	// Update finds the template it made.
 	Name string `json:"name,omitempty"`
+
+	// refused is set when the input arrived unencrypted at a worker that
+	// holds a key ring.
+	refused bool
 }
+
+// RefusePlaintext makes Validate fail, as Request.RefusePlaintext does.
+func (s *SessionSnapshot) RefusePlaintext() { s.refused = true }
 
 // Validate checks the name without sending anything, as the snapshot
 // Update's validator does.
 func (s SessionSnapshot) Validate() error {
+	if s.refused {
+		return errPlaintextInput
+	}
 	if s.Name == "" {
 		return nil
 	}

@@ -25,17 +25,17 @@ import (
 type templateProvider struct {
 	*sandboxmock.MockProvider
 	builds *int
-	result func(spec sandbox.TemplateSpec) (sandbox.Template, error)
+	result func(ctx context.Context, spec sandbox.TemplateSpec) (sandbox.Template, error)
 }
 
-func (p templateProvider) EnsureTemplate(_ context.Context, spec sandbox.TemplateSpec, onLog func(string)) (sandbox.Template, error) {
+func (p templateProvider) EnsureTemplate(ctx context.Context, spec sandbox.TemplateSpec, onLog func(string)) (sandbox.Template, error) {
 	*p.builds++
 	onLog("step 1")
-	return p.result(spec)
+	return p.result(ctx, spec)
 }
 
 // newTemplateHarness is newHarness over a provider that builds templates.
-func newTemplateHarness(t *testing.T, result func(sandbox.TemplateSpec) (sandbox.Template, error)) (*harness, *int) {
+func newTemplateHarness(t *testing.T, result func(context.Context, sandbox.TemplateSpec) (sandbox.Template, error)) (*harness, *int) {
 	var suite testsuite.WorkflowTestSuite
 	h := &harness{env: suite.NewTestWorkflowEnvironment(), provider: sandboxmock.NewMockProvider(gomock.NewController(t))}
 	builds := new(int)
@@ -47,19 +47,34 @@ func newTemplateHarness(t *testing.T, result func(sandbox.TemplateSpec) (sandbox
 
 const bakedDockerfile = "FROM devbox:1\nRUN echo baked > /opt/baked\n"
 
-// A request with a Dockerfile builds its template first, then creates
-// its lease on it.
-func TestRunCommandCreatesTheLeaseOnTheDockerfilesTemplate(t *testing.T) {
-	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
+// buildsBaked is a build of bakedDockerfile into the template tpl-7.
+func buildsBaked(t *testing.T) func(context.Context, sandbox.TemplateSpec) (sandbox.Template, error) {
+	return func(_ context.Context, spec sandbox.TemplateSpec) (sandbox.Template, error) {
 		assert.Equal(t, bakedDockerfile, spec.Dockerfile)
 		return sandbox.Template{ID: "tpl-7", Name: spec.Name()}, nil
-	})
-	h.expectNoOrphans()
+	}
+}
+
+// failsToBuild is a build whose RUN fails.
+func failsToBuild(_ context.Context, spec sandbox.TemplateSpec) (sandbox.Template, error) {
+	return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
+}
+
+// expectLeaseOnTheTemplate expects the one lease, sbx-1, made on tpl-7.
+func (h *harness) expectLeaseOnTheTemplate(t *testing.T) {
 	h.provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
 		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
 			assert.Equal(t, "tpl-7", spec.Rootfs, "the lease runs on the template")
 			return sandbox.Lease{ID: "sbx-1", Status: sandbox.StatusRunning, Workspace: "/workspace", Labels: spec.Labels}, nil
 		})
+}
+
+// A request with a Dockerfile builds its template first, then creates
+// its lease on it.
+func TestRunCommandCreatesTheLeaseOnTheDockerfilesTemplate(t *testing.T) {
+	h, builds := newTemplateHarness(t, buildsBaked(t))
+	h.expectNoOrphans()
+	h.expectLeaseOnTheTemplate(t)
 	h.provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(sandbox.Result{ProcessID: "p1", Stdout: "baked\n"}, nil)
 	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-1").Return(nil)
 
@@ -74,9 +89,7 @@ func TestRunCommandCreatesTheLeaseOnTheDockerfilesTemplate(t *testing.T) {
 // A failed build fails the run with its typed failure and the log's
 // tail, before any lease is created (the mock fails on any lease call).
 func TestRunCommandFailsTypedWhenTheTemplateFailsToBuild(t *testing.T) {
-	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
-		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
-	})
+	h, builds := newTemplateHarness(t, failsToBuild)
 	req := request("true")
 	req.Dockerfile = "FROM devbox:1\nRUN false\n"
 	_, err := h.run(req)
@@ -93,9 +106,7 @@ func TestRunCommandFailsTypedWhenTheTemplateFailsToBuild(t *testing.T) {
 // A run given a lease (LeaseID) whose template fails to build releases
 // that lease, as any failed run does, and fails typed.
 func TestRunCommandReleasesItsGivenLeaseWhenTheTemplateFailsToBuild(t *testing.T) {
-	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
-		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
-	})
+	h, builds := newTemplateHarness(t, failsToBuild)
 	h.expectNoOrphans()
 	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
 	req := request("true")
@@ -142,16 +153,9 @@ func TestSessionRefusesABadDockerfileBeforeAnyActivity(t *testing.T) {
 // once, and makes every lease on it; the run it continues as names the
 // template and builds nothing.
 func TestSessionStartsItsLeasesOnItsDockerfilesTemplate(t *testing.T) {
-	h, builds := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
-		assert.Equal(t, bakedDockerfile, spec.Dockerfile)
-		return sandbox.Template{ID: "tpl-7", Name: spec.Name()}, nil
-	})
+	h, builds := newTemplateHarness(t, buildsBaked(t))
 	h.expectNoOrphans()
-	h.provider.EXPECT().CreateLease(gomock.Any(), gomock.Any()).
-		DoAndReturn(func(_ context.Context, spec sandbox.LeaseSpec) (sandbox.Lease, error) {
-			assert.Equal(t, "tpl-7", spec.Rootfs, "the lease runs on the template")
-			return sandbox.Lease{ID: "sbx-1", Status: sandbox.StatusRunning, Workspace: "/workspace", Labels: spec.Labels}, nil
-		})
+	h.expectLeaseOnTheTemplate(t)
 	var e echo
 	h.provider.EXPECT().Execute(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).DoAndReturn(e.execute)
 	u := &updates{h: h}
@@ -177,9 +181,7 @@ func TestSessionStartsItsLeasesOnItsDockerfilesTemplate(t *testing.T) {
 
 // A session whose template fails to build fails typed, before any lease.
 func TestSessionFailsTypedWhenItsTemplateFailsToBuild(t *testing.T) {
-	h, _ := newTemplateHarness(t, func(spec sandbox.TemplateSpec) (sandbox.Template, error) {
-		return sandbox.Template{}, &sandbox.TemplateBuildError{TemplateID: "tpl-7", Name: spec.Name(), LogTail: "line 2: RUN false: exited with code 1\n"}
-	})
+	h, _ := newTemplateHarness(t, failsToBuild)
 	req := sessionRequest()
 	req.Dockerfile = "FROM devbox:1\nRUN false\n"
 	_, err := h.runSession(req)
@@ -295,4 +297,34 @@ func TestASessionsForkOnAFleetMakesItsLeasesOnTheTemplatesHost(t *testing.T) {
 	assert.Equal(t, "on h2", two.Stdout)
 	assert.Contains(t, f.calls, activities.NameAcquireFreshLease+" sbx-2@"+h2Queue, "the fork's fresh lease, on the template's host: %v", f.calls)
 	assert.Equal(t, []string{"tpl-7", "tpl-7"}, f.rootfs)
+}
+
+// A run cancelled while its template builds ends cancelled and releases
+// the lease it was given: the build is cancelled with it.
+func TestRunCommandCancelledWhileItsTemplateBuildsReleasesItsGivenLease(t *testing.T) {
+	var h *harness
+	h, _ = newTemplateHarness(t, func(ctx context.Context, _ sandbox.TemplateSpec) (sandbox.Template, error) {
+		h.env.CancelWorkflow()
+		<-ctx.Done()
+		return sandbox.Template{}, ctx.Err()
+	})
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := request("true")
+	req.Dockerfile, req.LeaseID = bakedDockerfile, "sbx-9"
+	_, err := h.run(req)
+	assert.True(t, temporal.IsCanceledError(err), "%v", err)
+	assert.Equal(t, PhaseCanceled, h.queryState(t).Phase)
+}
+
+// A session given a lease whose template fails to build fails typed and
+// destroys that lease, which it owned from its start.
+func TestSessionReleasesItsGivenLeaseWhenItsTemplateFailsToBuild(t *testing.T) {
+	h, _ := newTemplateHarness(t, failsToBuild)
+	h.expectNoOrphans()
+	h.provider.EXPECT().DestroyLease(gomock.Any(), "sbx-9").Return(nil)
+	req := sessionRequest()
+	req.Dockerfile, req.LeaseID = "FROM devbox:1\nRUN false\n", "sbx-9"
+	_, err := h.runSession(req)
+	assert.Equal(t, sandbox.TypeTemplateBuildFailed, applicationErrorType(err))
 }
