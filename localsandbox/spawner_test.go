@@ -80,17 +80,25 @@ func TestLeaseInitsAreClonedByTheSpawner(t *testing.T) {
 // parentPid is pid's parent, from /proc/PID/stat.
 func parentPid(t *testing.T, pid int) int {
 	t.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// pid (comm) state ppid ...
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
-	ppid, err := strconv.Atoi(f[1])
+	ppid, err := readParentPid(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ppid
+}
+
+// readParentPid reads pid's parent from /proc/PID/stat.
+func readParentPid(pid int) (int, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, stat)
+	}
+	return strconv.Atoi(f[1])
 }
 
 // awaitExit waits until pid has exited (its pidfd polls readable).
@@ -179,12 +187,7 @@ func descendants(t *testing.T, pid int) []int {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
-		if pp, err := strconv.Atoi(f[1]); err == nil {
+		if pp, err := readParentPid(p); err == nil { // else gone meanwhile
 			children[pp] = append(children[pp], p)
 		}
 	}
