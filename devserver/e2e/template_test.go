@@ -66,6 +66,7 @@ func TestRunCommandOnTheTemplateOfItsDockerfile(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "baked\n", stdout)
 	assert.Equal(t, first, templateOf(t, name), "the same template")
+	assertNothingLeaked(t)
 }
 
 // A session from the starter takes a Dockerfile as a run does: its first
@@ -80,6 +81,7 @@ func TestSessionOnTheTemplateOfItsDockerfile(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "from-the-template\ntool-ran\n", stdout)
 	assert.Equal(t, "ready", templateOf(t, sandbox.TemplateSpec{Dockerfile: text}.Name()).Status)
+	assertNothingLeaked(t)
 }
 
 // A RUN that fails fails the run typed, with the end of the build's log,
@@ -101,6 +103,7 @@ func TestRunCommandFailsTypedWhenItsDockerfileFails(t *testing.T) {
 	assert.Equal(t, sandbox.TemplateSpec{Dockerfile: text}.Name(), d.Template)
 	assert.Contains(t, d.LogTail, "about to fail")
 	assert.Equal(t, "failed", templateOf(t, d.Template).Status)
+	assertNothingLeaked(t)
 }
 
 // The snapshot scenario: a session writes a file in its
