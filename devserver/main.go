@@ -105,9 +105,11 @@ func main() {
 	case "run":
 		code = run(ctx, stop, os.Args[2:])
 	case "shell":
-		// Ctrl-C is a key for the lease's terminal, not a signal for us.
+		// A terminal in raw mode sends Ctrl-C to the lease as a key. A
+		// SIGINT that comes all the same (stdin not a terminal, kill -INT)
+		// ends the shell as SIGTERM and SIGHUP do: with its lease destroyed.
 		stop()
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		code = shell(ctx, os.Args[2:])
 		stop()
 	case "-h", "--help", "help":

@@ -124,8 +124,8 @@ func TestShellRelaysATerminal(t *testing.T) {
 }
 
 // devserver shell ends without a terminal of its own, with a command the
-// server refuses, and when it is told to stop mid-command: each time with
-// the command's code or its own, and without the lease it made.
+// server refuses, and when a signal tells it to stop mid-command: each
+// time with the command's code or its own, and without the lease it made.
 func TestShellLeavesNoLease(t *testing.T) {
 	url := shellServer(t)
 	shell := func(ctx context.Context, args ...string) *exec.Cmd {
@@ -145,21 +145,25 @@ func TestShellLeavesNoLease(t *testing.T) {
 		require.Equal(t, starterapp.ExitRunFailed, exitCode(t, ctx, shell(ctx, "", "x")))
 		requireNoLease(t, url)
 	})
-	t.Run("Terminated", func(t *testing.T) {
-		cmd := shell(ctx, "sh", "-c", "echo started; exec sleep 600")
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		line, err := bufio.NewReader(out).ReadString('\n')
-		require.NoError(t, err)
-		require.Contains(t, line, "started")
-		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-		var exit *exec.ExitError
-		require.ErrorAs(t, cmd.Wait(), &exit)
-		require.NoError(t, ctx.Err())
-		require.Equal(t, starterapp.ExitRunFailed, exit.ExitCode())
-		requireNoLease(t, url)
-	})
+	// Told to stop: SIGTERM, SIGHUP, or SIGINT — Ctrl-C where stdin is not
+	// a terminal (a terminal in raw mode sends it to the lease as a key).
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			cmd := shell(ctx, "sh", "-c", "echo started; exec sleep 600")
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			line, err := bufio.NewReader(out).ReadString('\n')
+			require.NoError(t, err)
+			require.Contains(t, line, "started")
+			require.NoError(t, cmd.Process.Signal(sig))
+			var exit *exec.ExitError
+			require.ErrorAs(t, cmd.Wait(), &exit)
+			require.NoError(t, ctx.Err())
+			require.Equal(t, starterapp.ExitRunFailed, exit.ExitCode(), "ended by %v, not by the signal", exit)
+			requireNoLease(t, url)
+		})
+	}
 }
 
 // shellKey is the API key of shellServer's sandbox server.
