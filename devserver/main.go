@@ -105,9 +105,11 @@ func main() {
 	case "run":
 		code = run(ctx, stop, os.Args[2:])
 	case "shell":
-		// Ctrl-C is a key for the lease's terminal, not a signal for us.
+		// A terminal in raw mode sends Ctrl-C to the lease as a key. A
+		// SIGINT that comes all the same (stdin not a terminal, kill -INT)
+		// ends the shell as SIGTERM and SIGHUP do: with its lease destroyed.
 		stop()
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		code = shell(ctx, os.Args[2:])
 		stop()
 	case "-h", "--help", "help":
@@ -129,6 +131,26 @@ type serverFlags struct {
 // isTerminal reports whether f is a terminal: not merely a character
 // device, which /dev/null is too.
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// parseFlags parses a subcommand's args into fs. Unless ok, the
+// subcommand ends with code: 0 after --help, which prints its usage line,
+// its flags and more's text (more may be nil), or ExitUsage after a bad
+// flag, which prints the error and the usage of every subcommand.
+func parseFlags(fs *flag.FlagSet, args []string, usageLine string, more func()) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(os.Stdout, usageLine, fs)
+		if more != nil {
+			more()
+		}
+		return 0, false
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "%s: %v\n%s\n", fs.Name(), err, usage)
+		return starterapp.ExitUsage, false
+	}
+	return 0, true
+}
 
 // printHelp writes a subcommand's usage and flags with their defaults.
 func printHelp(w io.Writer, usage string, fs *flag.FlagSet) {
@@ -256,12 +278,8 @@ func (f *serverFlags) start(ctx context.Context, toStderr bool) (*stack.Stack, e
 func dev(ctx context.Context, args []string) int {
 	fs, f := newFlagSet("dev", "info")
 	fs.BoolVar(&f.opts.NoWorker, "no-worker", false, "start neither a worker nor a sandbox server (run your own)")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		printHelp(os.Stdout, devUsage, fs)
-		return 0
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "devserver dev: %v\n%s\n", err, usage)
-		return starterapp.ExitUsage
+	if code, ok := parseFlags(fs, args, devUsage, nil); !ok {
+		return code
 	}
 	f.opts.NoSandbox = f.opts.NoWorker
 	// The stack's own logs are for the developer watching; the Temporal
@@ -306,15 +324,12 @@ func run(ctx context.Context, stopSignals context.CancelFunc, args []string) int
 	linger := fs.Bool("linger", isTerminal(os.Stderr), "keep serving the Web UI after the run until Ctrl-C (default: whether stderr is a terminal)")
 	verbose := fs.Bool("verbose", false, "print the log file's path, and the stack's logs at --log-level on stderr")
 	ours, starterArgs := splitArgs(args, fs)
-	if err := fs.Parse(ours); errors.Is(err, flag.ErrHelp) {
-		printHelp(os.Stdout, runUsage, fs)
+	if code, ok := parseFlags(fs, ours, runUsage, func() {
 		fmt.Println("\nstarter flags (passed on to the starter):")
 		starterapp.PrintFlags(os.Stdout)
 		fmt.Println("\n--egress off|allowlist|any sets the stack's policy; --egress with any other value is the\nstarter's, a rule of the run's lease: --egress allowlist --egress pypi.org:443")
-		return 0
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "devserver run: %v\n%s\n", err, usage)
-		return starterapp.ExitUsage
+	}); !ok {
+		return code
 	}
 	if rule, ok := egressRule(starterArgs); ok && f.opts.SandboxURL == "" && f.opts.Sandbox.Egress == localsandbox.EgressOff {
 		// The in-process server would drop the rule without a word.

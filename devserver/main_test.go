@@ -161,6 +161,21 @@ func TestHelpListsTheFlagsOfEachSubcommandWithTheirDefaults(t *testing.T) {
 		assert.Regexp(t, `-egress RULE\n`, starterFlags, args)
 		assert.Contains(t, starterFlags, "--egress with any other value is the\nstarter's, a rule of the run's lease", args)
 	}
+
+	shell := help("shell", "--help")
+	assert.Regexp(t, `(?m)^usage: devserver shell \[--sandbox-url URL\]`, shell)
+	assert.Regexp(t, `-sandbox-url string\n\s+.*\(default "http://127\.0\.0\.1:\d+"\)`, shell)
+	assert.Contains(t, shell, "-lease ID")
+
+	// A flag dev and shell do not have: the error, every subcommand's usage, ExitUsage.
+	for _, sub := range []string{"dev", "shell"} { // run gives flags not its own to the starter
+		var stderr bytes.Buffer
+		cmd := devserver(ctx, t, sub, "--no-such-flag")
+		cmd.Stderr = &stderr
+		require.Equal(t, starterapp.ExitUsage, exitCode(t, ctx, cmd), sub)
+		assert.Contains(t, stderr.String(), "devserver "+sub+": flag provided but not defined: -no-such-flag\n", sub)
+		assert.Contains(t, stderr.String(), "devserver shell [--sandbox-url URL]", sub)
+	}
 }
 
 func TestSplitArgsSeparatesDevserverAndStarterFlags(t *testing.T) {

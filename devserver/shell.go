@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,12 +39,8 @@ func shell(ctx context.Context, args []string) int {
 	url := fs.String("sandbox-url", "http://127.0.0.1:"+strconv.Itoa(stack.DefaultSandboxPort), "the sandbox server: by default the one devserver dev serves")
 	key := fs.String("sandbox-api-key", os.Getenv("SANDBOX_API_KEY"), "the API `KEY` of the sandbox server, which devserver dev prints (default: SANDBOX_API_KEY, which ps does not show)")
 	leaseID := fs.String("lease", "", "open the terminal in the lease with this `ID` instead of a new one (which is destroyed at the end)")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		printHelp(os.Stdout, shellUsage, fs)
-		return 0
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "devserver shell: %v\n%s\n", err, shellUsage)
-		return starterapp.ExitUsage
+	if code, ok := parseFlags(fs, args, shellUsage, nil); !ok {
+		return code
 	}
 	if *key == "" {
 		fmt.Fprintln(os.Stderr, "devserver shell: no API key: pass --sandbox-api-key (or set SANDBOX_API_KEY) to the key `devserver dev` printed")

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxflow/sandboxflow/createos"
+	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
@@ -72,19 +75,7 @@ func (s *screen) waitFor(t *testing.T, from int, re *regexp.Regexp) ([]string, i
 // (SIGWINCH), the shell's exit code is the command's, the local terminal
 // is restored, and the lease it made is gone.
 func TestShellRelaysATerminal(t *testing.T) {
-	testenv.RequireRoot(t, "a lease's terminal needs a root sandbox server")
-	const key = "shell-test-key-0123456789"
-	srv, err := localsandbox.New(localsandbox.Options{Root: filepath.Join(t.TempDir(), "root"), APIKey: key})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	url := "http://" + ln.Addr().String()
+	url := shellServer(t)
 
 	master, slave := openPTY(t, 30, 90)
 	raw, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS)
@@ -92,7 +83,7 @@ func TestShellRelaysATerminal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := devserver(ctx, t, "shell", "--sandbox-url", url)
-	cmd.Env = append(cmd.Env, "SANDBOX_API_KEY="+key)
+	cmd.Env = append(cmd.Env, "SANDBOX_API_KEY="+shellKey)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	require.NoError(t, cmd.Start())
@@ -126,14 +117,84 @@ func TestShellRelaysATerminal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, raw.Lflag&(unix.ICANON|unix.ECHO), restored.Lflag&(unix.ICANON|unix.ECHO), "the local terminal is not restored")
 
-	client, err := createos.New(createos.Config{BaseURL: url, APIKey: key})
-	require.NoError(t, err)
-	leases, err := client.ListLeases(ctx, nil)
-	require.NoError(t, err)
-	require.Empty(t, leases, "devserver shell left its lease")
+	requireNoLease(t, url)
 	scr.mu.Lock()
 	defer scr.mu.Unlock()
-	require.False(t, strings.Contains(scr.out.String(), key), "the API key reached the screen")
+	require.False(t, strings.Contains(scr.out.String(), shellKey), "the API key reached the screen")
+}
+
+// devserver shell ends without a terminal of its own, with a command the
+// server refuses, and when a signal tells it to stop mid-command: each
+// time with the command's code or its own, and without the lease it made.
+func TestShellLeavesNoLease(t *testing.T) {
+	url := shellServer(t)
+	shell := func(ctx context.Context, args ...string) *exec.Cmd {
+		cmd := devserver(ctx, t, append([]string{"shell", "--sandbox-url", url, "--"}, args...)...)
+		cmd.Env = append(cmd.Env, "SANDBOX_API_KEY="+shellKey)
+		return cmd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	t.Run("NotATerminal", func(t *testing.T) {
+		require.Equal(t, 5, exitCode(t, ctx, shell(ctx, "sh", "-c", "exit 5")), "the command's code")
+		requireNoLease(t, url)
+	})
+	t.Run("CommandRefused", func(t *testing.T) {
+		// No cmd, only args: the server answers 400 after the lease was made.
+		require.Equal(t, starterapp.ExitRunFailed, exitCode(t, ctx, shell(ctx, "", "x")))
+		requireNoLease(t, url)
+	})
+	// Told to stop: SIGTERM, SIGHUP, or SIGINT — Ctrl-C where stdin is not
+	// a terminal (a terminal in raw mode sends it to the lease as a key).
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			cmd := shell(ctx, "sh", "-c", "echo started; exec sleep 600")
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			line, err := bufio.NewReader(out).ReadString('\n')
+			require.NoError(t, err)
+			require.Contains(t, line, "started")
+			require.NoError(t, cmd.Process.Signal(sig))
+			var exit *exec.ExitError
+			require.ErrorAs(t, cmd.Wait(), &exit)
+			require.NoError(t, ctx.Err())
+			require.Equal(t, starterapp.ExitRunFailed, exit.ExitCode(), "ended by %v, not by the signal", exit)
+			requireNoLease(t, url)
+		})
+	}
+}
+
+// shellKey is the API key of shellServer's sandbox server.
+const shellKey = "shell-test-key-0123456789"
+
+// shellServer serves a sandbox server of the test's own, keyed shellKey,
+// and returns its URL.
+func shellServer(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t, "a lease's terminal needs a root sandbox server")
+	srv, err := localsandbox.New(localsandbox.Options{Root: filepath.Join(t.TempDir(), "root"), APIKey: shellKey})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// requireNoLease fails unless the sandbox server at url holds no lease.
+func requireNoLease(t *testing.T, url string) {
+	t.Helper()
+	client, err := createos.New(createos.Config{BaseURL: url, APIKey: shellKey})
+	require.NoError(t, err)
+	leases, err := client.ListLeases(t.Context(), nil)
+	require.NoError(t, err)
+	require.Empty(t, leases, "devserver shell left its lease")
 }
 
 // openPTY opens a pseudo-terminal pair of the given size on the host.

@@ -216,27 +216,45 @@ func cpuTime() (self, descendants time.Duration) {
 // had: the sum counts it once.
 func LiveChildrenCPU(parent int) time.Duration {
 	entries, _ := os.ReadDir("/proc")
-	var ticks int64
+	var sum time.Duration
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid == parent {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid … utime stime cutime cstime (fields 14–17)
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 15 || pid == parent || f[1] != strconv.Itoa(parent) {
-			continue
-		}
-		for _, v := range f[11:15] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
+		if ppid, cpu, ok := procStat(pid); ok && ppid == parent {
+			sum += cpu
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return sum
+}
+
+// ProcCPU is the CPU time of process pid and of the children it waited
+// for, from /proc/PID/stat (0 once it is gone).
+func ProcCPU(pid int) time.Duration {
+	_, cpu, _ := procStat(pid)
+	return cpu
+}
+
+// procStat reads /proc/PID/stat: the process's parent, and its CPU time
+// with that of the children it waited for.
+func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false // gone meanwhile
+	}
+	// pid (comm) state ppid … utime stime cutime cstime (fields 14–17)
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 15 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return ppid, time.Duration(ticks) * time.Second / clockTicks, true
 }
 
 // clockTicks is the kernel's USER_HZ, which /proc/PID/stat counts in.

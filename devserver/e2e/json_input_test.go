@@ -9,6 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sandboxflow/sandboxflow/sandbox"
 	"github.com/sandboxflow/sandboxflow/workflows"
 )
 
@@ -46,5 +47,5 @@ func TestRawJSONInputWithAMalformedFieldFailsAsInvalidInput(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotEqual(t, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, event.GetEventType(), "no activity, so no lease, before the input is found malformed")
 	}
-	assert.Equal(t, "command.timeout", requireInvalidInput(t, err).Field)
+	assert.Equal(t, "command.timeout", requireFailure(t, err, sandbox.TypeInvalidInput).Field)
 }

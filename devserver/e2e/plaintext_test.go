@@ -101,18 +101,18 @@ func (decryptOnly) Encode(p []*commonpb.Payload) ([]*commonpb.Payload, error) { 
 // assertPlaintextRefused checks the typed refusal of plain-text input.
 func assertPlaintextRefused(t *testing.T, err error) {
 	t.Helper()
-	d := requireInvalidInput(t, err)
+	d := requireFailure(t, err, sandbox.TypeInvalidInput)
 	assert.Equal(t, "input", d.Field)
 	assert.Contains(t, d.Reason, "plaintext input")
 }
 
-// requireInvalidInput checks that err is a non-retryable
-// SandboxInvalidInput and returns its details.
-func requireInvalidInput(t *testing.T, err error) sandbox.FailureDetails {
+// requireFailure checks that err is a non-retryable failure of type typ
+// and returns its details.
+func requireFailure(t *testing.T, err error, typ string) sandbox.FailureDetails {
 	t.Helper()
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	assert.Equal(t, sandbox.TypeInvalidInput, appErr.Type())
+	assert.Equal(t, typ, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
 	var d sandbox.FailureDetails
 	require.NoError(t, appErr.Details(&d))

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/sandboxflow/sandboxflow/internal/starterapp"
 	"github.com/sandboxflow/sandboxflow/internal/testenv"
@@ -66,6 +64,7 @@ func TestRunCommandOnTheTemplateOfItsDockerfile(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "baked\n", stdout)
 	assert.Equal(t, first, templateOf(t, name), "the same template")
+	assertNothingLeaked(t)
 }
 
 // A session from the starter takes a Dockerfile as a run does: its first
@@ -80,6 +79,7 @@ func TestSessionOnTheTemplateOfItsDockerfile(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "from-the-template\ntool-ran\n", stdout)
 	assert.Equal(t, "ready", templateOf(t, sandbox.TemplateSpec{Dockerfile: text}.Name()).Status)
+	assertNothingLeaked(t)
 }
 
 // A RUN that fails fails the run typed, with the end of the build's log,
@@ -93,14 +93,11 @@ func TestRunCommandFailsTypedWhenItsDockerfileFails(t *testing.T) {
 	assert.Contains(t, stderr, "failed: SandboxTemplateBuildFailed: ")
 
 	err := stackOf(t).Client.GetWorkflow(t.Context(), "template-fails", "").Get(t.Context(), nil)
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(err, &appErr), "%v", err)
-	assert.Equal(t, sandbox.TypeTemplateBuildFailed, appErr.Type())
-	var d sandbox.FailureDetails
-	require.NoError(t, appErr.Details(&d))
+	d := requireFailure(t, err, sandbox.TypeTemplateBuildFailed)
 	assert.Equal(t, sandbox.TemplateSpec{Dockerfile: text}.Name(), d.Template)
 	assert.Contains(t, d.LogTail, "about to fail")
 	assert.Equal(t, "failed", templateOf(t, d.Template).Status)
+	assertNothingLeaked(t)
 }
 
 // The snapshot scenario: a session writes a file in its

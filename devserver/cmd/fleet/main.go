@@ -441,9 +441,9 @@ type cpuTimes map[string]time.Duration
 func (d *demo) cpu() cpuTimes {
 	out := cpuTimes{"temporal": selfCPU()}
 	for _, h := range d.hosts {
-		out[h.name+" worker"] = procCPU(h.worker.Process.Pid)
+		out[h.name+" worker"] = bench.ProcCPU(h.worker.Process.Pid)
 		// Its lease inits are reaped by its spawner, a live child.
-		out[h.name+" sandboxd"] = procCPU(h.sandboxd.Process.Pid) + bench.LiveChildrenCPU(h.sandboxd.Process.Pid)
+		out[h.name+" sandboxd"] = bench.ProcCPU(h.sandboxd.Process.Pid) + bench.LiveChildrenCPU(h.sandboxd.Process.Pid)
 	}
 	return out
 }
@@ -470,25 +470,6 @@ func (d *demo) reportCPU(before, after cpuTimes, runs int) {
 	fmt.Printf("| a host, in all | %s |\n", hosts.Round(100*time.Microsecond))
 	fmt.Printf("| Temporal server (this process) | %s |\n", per("temporal").Round(100*time.Microsecond))
 }
-
-// procCPU is the CPU time of a process and of its children it reaped.
-func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command, which is in parentheses.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-		n, _ := strconv.ParseInt(fields[i], 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks
-}
-
-// clockTicks is the kernel's USER_HZ, which /proc/PID/stat counts in.
-const clockTicks = 100
 
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
