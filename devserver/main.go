@@ -182,12 +182,7 @@ func newFlagSet(name, defaultLogLevel string) (*flag.FlagSet, *serverFlags) {
 	f.opts.Sandbox.Egress = localsandbox.EgressOff
 	fs.Var(egressPolicyFlag{&f.opts.Sandbox.Egress}, "egress", "the leases' outward network, a `POLICY`: off (loopback only), allowlist (only the run's egress rules) or any; other than off needs root and slirp4netns")
 	fs.Func("egress-allow", "with --egress allowlist: comma-separated `RULES` the run's egress rules must stay within; a run asking for everything gets them (as sandboxd's --egress-allow)", func(v string) error {
-		f.opts.Sandbox.EgressAllow = nil
-		for r := range strings.SplitSeq(v, ",") {
-			if r = strings.TrimSpace(r); r != "" {
-				f.opts.Sandbox.EgressAllow = append(f.opts.Sandbox.EgressAllow, r)
-			}
-		}
+		f.opts.Sandbox.EgressAllow = localsandbox.SplitList(v)
 		return nil
 	})
 	return fs, f

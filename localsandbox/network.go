@@ -41,6 +41,19 @@ const (
 	EgressAny EgressPolicy = "any"
 )
 
+// SplitList splits a flag's comma-separated list (--egress-allow,
+// --dns-upstream) into its items, spaces around each and empty ones
+// dropped: "a:443, b:443," is two rules.
+func SplitList(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // egressGrant is what the operator's options let a lease have.
 func (o *Options) egressGrant() network.Grant {
 	g := network.Grant{Policy: string(o.Egress)}

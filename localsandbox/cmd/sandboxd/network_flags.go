@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"strings"
 
 	"github.com/sandboxflow/sandboxflow/localsandbox"
 )
@@ -35,12 +34,8 @@ func (n *networkFlags) register(fs *flag.FlagSet) {
 
 func (n *networkFlags) apply(o *localsandbox.Options) {
 	o.Egress = localsandbox.EgressPolicy(n.egress)
-	if n.egressAllow != "" {
-		o.EgressAllow = strings.Split(n.egressAllow, ",")
-	}
-	if n.dnsUpstream != "" {
-		o.DNSUpstream = strings.Split(n.dnsUpstream, ",")
-	}
+	o.EgressAllow = localsandbox.SplitList(n.egressAllow)
+	o.DNSUpstream = localsandbox.SplitList(n.dnsUpstream)
 	o.IngressPublic = n.ingressPublic
 	o.IngressDomain = n.ingressDomain
 	o.MaxIngressRequests = n.maxIngress

@@ -21,7 +21,7 @@ func TestNetworkFlagsDefaultToNoEgressAndLoopbackPreviews(t *testing.T) {
 	}
 	c, err = parseFlags([]string{"--insecure-no-auth", "--egress", "allowlist", "--ingress-public", "--ingress-domain", "preview.test",
 		"--max-ingress-requests", "100", "--max-ingress-requests-per-sandbox", "10", "--max-egress-connections", "50",
-		"--dns-upstream", "192.0.2.53,127.0.0.1:5353", "--egress-allow", "pypi.org:443,10.0.0.0/8"}, io.Discard)
+		"--dns-upstream", "192.0.2.53,127.0.0.1:5353", "--egress-allow", "pypi.org:443, 10.0.0.0/8,"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
